@@ -1,0 +1,207 @@
+// Dispatch, the multi-threaded matmul driver, and the portable scalar kernels
+// (the reference the SIMD paths are tested against, and the fallback for
+// processors without AVX2).
+#include "backend/cpu/kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels_impl.h"
+#include "core/error.h"
+
+namespace tandem::cpu {
+namespace detail {
+namespace {
+
+// ---- Scalar reference kernels ---------------------------------------------
+
+// Converts W[r, c0 .. c0 + len) to f32.
+void load_row(const WeightMatrix& w, int64_t r, float* dst) {
+  convert_to_f32(static_cast<const char*>(w.data) + size_t(r * w.cols) * dtype_size(w.dtype),
+                 w.dtype, w.cols, dst);
+}
+
+float dot_scalar(const float* a, const float* b, int64_t n) {
+  // Four partial sums: the same association as a short SIMD vector, and it
+  // lets the compiler overlap the adds.
+  float s[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; ++j) s[j] += a[i + j] * b[i + j];
+  for (; i < n; ++i) s[0] += a[i] * b[i];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+void axpy_scalar(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// One f32 copy of a weight row per thread, reused across calls.
+std::vector<float>& row_buffer(int64_t cols) {
+  thread_local std::vector<float> buf;
+  if (int64_t(buf.size()) < cols) buf.resize(size_t(cols));
+  return buf;
+}
+
+void gemv_scalar(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
+                 int64_t r1) {
+  float* row = row_buffer(w.cols).data();
+  for (int64_t r = r0; r < r1; ++r) {
+    load_row(w, r, row);
+    y[r] = dot_scalar(x, row, w.cols) + (bias ? bias[r] : 0.0f);
+  }
+}
+
+void gemm_scalar(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                 int64_t r0, int64_t r1) {
+  float* row = row_buffer(w.cols).data();
+  for (int64_t r = r0; r < r1; ++r) {
+    load_row(w, r, row);  // converted once, used for all n activation rows
+    const float b = bias ? bias[r] : 0.0f;
+    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_scalar(x + t * w.cols, row, w.cols) + b;
+  }
+}
+
+}  // namespace
+
+const IsaKernels kScalarKernels = {"scalar", gemv_scalar, gemm_scalar, dot_scalar, axpy_scalar};
+
+}  // namespace detail
+
+// ---- Dispatch ---------------------------------------------------------------
+
+namespace {
+
+using detail::IsaKernels;
+
+enum Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+constexpr const char* kIsaNames[] = {"scalar", "avx2", "avx512"};
+
+bool parse_isa(std::string_view s, Isa* out) {
+  for (int i = 0; i < 3; ++i)
+    if (s == kIsaNames[i]) {
+      *out = Isa(i);
+      return true;
+    }
+  return false;
+}
+
+// The widest ISA this processor and OS support (libgcc's cpuid probe also
+// checks that the OS saves the wide registers).
+Isa hardware_isa() {
+  static const Isa isa = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      return kAvx512;
+    if (avx2) return kAvx2;
+#endif
+    return kScalar;
+  }();
+  return isa;
+}
+
+// The hardware ISA, narrowed by TANDEM_ISA (read once, at the first call).
+Isa default_isa() {
+  static const Isa isa = [] {
+    Isa hw = hardware_isa();
+    const char* env = std::getenv("TANDEM_ISA");
+    if (!env || !*env) return hw;
+    Isa want;
+    if (!parse_isa(env, &want)) {
+      std::fprintf(stderr, "tandem: ignoring TANDEM_ISA=%s (expected avx512, avx2 or scalar)\n",
+                   env);
+      return hw;
+    }
+    return std::min(want, hw);
+  }();
+  return isa;
+}
+
+std::atomic<int> g_forced_isa{-1};  // set_isa_for_testing; -1 = not forced
+
+Isa current_isa() {
+  const int forced = g_forced_isa.load(std::memory_order_relaxed);
+  return forced >= 0 ? Isa(forced) : default_isa();
+}
+
+const IsaKernels& kernels() {
+  switch (current_isa()) {
+    case kAvx512: return detail::kAvx512Kernels;
+    case kAvx2: return detail::kAvx2Kernels;
+    default: return detail::kScalarKernels;
+  }
+}
+
+// Below this many multiply-adds a chunk is not worth a dispatch (~1-2 us).
+constexpr int64_t kMinChunkMacs = 64 * 1024;
+// Output rows per scheduling unit: chunk boundaries fall on 64-byte lines of y
+// and on the kernels' 4-row blocks.
+constexpr int64_t kRowGroup = 16;
+// Activation rows per scheduling unit when prefill splits over tokens.
+constexpr int64_t kTokenGroup = 8;
+
+}  // namespace
+
+std::string_view active_isa() { return kIsaNames[current_isa()]; }
+
+bool set_isa_for_testing(std::string_view isa) {
+  if (isa.empty()) {
+    g_forced_isa.store(-1, std::memory_order_relaxed);
+    return true;
+  }
+  Isa want;
+  if (!parse_isa(isa, &want) || want > hardware_isa()) return false;
+  g_forced_isa.store(want, std::memory_order_relaxed);
+  return true;
+}
+
+void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, const float* bias,
+            float* y) {
+  if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16)
+    fail("matmul: weight dtype %s is not supported (expected F32, F16 or BF16)",
+         std::string(dtype_name(w.dtype)).c_str());
+  if (n <= 0 || w.rows <= 0) return;
+  const IsaKernels& k = kernels();
+  const int64_t rows = w.rows, cols = std::max<int64_t>(w.cols, 1);
+  const int64_t row_groups = (rows + kRowGroup - 1) / kRowGroup;
+
+  if (n == 1) {
+    // Decode: each thread streams its own contiguous band of W.
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols));
+    pool.parallel_for(row_groups, grain, [&](int64_t b, int64_t e) {
+      k.gemv(x, w, bias, y, b * kRowGroup, std::min(e * kRowGroup, rows));
+    });
+    return;
+  }
+
+  if (row_groups >= 2 * int64_t(pool.size()) || n < 2 * kTokenGroup) {
+    // Prefill, split over output rows: W is read once in total.
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols * n));
+    pool.parallel_for(row_groups, grain, [&](int64_t b, int64_t e) {
+      k.gemm(x, n, w, bias, y, b * kRowGroup, std::min(e * kRowGroup, rows));
+    });
+  } else {
+    // Few output rows, many activation rows: split over activation rows.
+    const int64_t groups = (n + kTokenGroup - 1) / kTokenGroup;
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kTokenGroup * cols * rows));
+    pool.parallel_for(groups, grain, [&](int64_t b, int64_t e) {
+      const int64_t t0 = b * kTokenGroup, t1 = std::min(e * kTokenGroup, n);
+      k.gemm(x + t0 * w.cols, t1 - t0, w, bias, y + t0 * rows, 0, rows);
+    });
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b, n); }
+
+void axpy(float a, const float* x, float* y, int64_t n) { kernels().axpy(a, x, y, n); }
+
+}  // namespace tandem::cpu

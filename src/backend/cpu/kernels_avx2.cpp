@@ -1,0 +1,280 @@
+// AVX2 + FMA + F16C kernels: 8 f32 lanes. AVX2 has no masked 16-bit loads,
+// so weight tails go through a zero-padded stack copy; f32 tails use
+// vmaskmovps, which does not fault on masked-off lanes. Compiled with -mavx2
+// -mfma -mf16c; see kernels_impl.h for the rules this file keeps.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cpu/kernels_impl.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Loading 8 ints from kMaskTable + 8 - n gives n all-ones lanes, then zeros.
+alignas(64) constexpr int32_t kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                0,  0,  0,  0,  0,  0,  0,  0};
+inline __m256i tail_mask(int64_t n) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMaskTable + 8 - (n >= 8 ? 8 : n)));
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <DType D>
+using WeightT = std::conditional_t<D == DType::F32, float, uint16_t>;
+
+// 8 weights at p, widened to f32.
+template <DType D>
+inline __m256 load_w(const WeightT<D>* p) {
+  if constexpr (D == DType::F32) {
+    return _mm256_loadu_ps(p);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (D == DType::F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// The first n (< 8) weights at p, widened to f32; the other lanes are 0.
+template <DType D>
+inline __m256 load_w_partial(const WeightT<D>* p, int64_t n) {
+  if constexpr (D == DType::F32) {
+    return _mm256_maskload_ps(p, tail_mask(n));
+  } else {
+    alignas(16) uint16_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < n; ++i) tmp[i] = p[i];
+    return load_w<D>(tmp);
+  }
+}
+
+// ---- GEMV (n == 1) ----------------------------------------------------------
+
+template <DType D, int R>
+inline void gemv_block(const float* x, const WeightT<D>* w, int64_t cols, float* out) {
+  __m256 acc0[R], acc1[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + c);
+    const __m256 x1 = _mm256_loadu_ps(x + c + 8);
+    for (int i = 0; i < R; ++i) {
+      const WeightT<D>* p = w + i * cols + c;
+      acc0[i] = _mm256_fmadd_ps(load_w<D>(p), x0, acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(load_w<D>(p + 8), x1, acc1[i]);
+    }
+  }
+  for (; c < cols; c += 8) {
+    const int64_t len = cols - c;
+    const __m256 xv = _mm256_maskload_ps(x + c, tail_mask(len));
+    for (int i = 0; i < R; ++i) {
+      const WeightT<D>* p = w + i * cols + c;
+      const __m256 wv = len >= 8 ? load_w<D>(p) : load_w_partial<D>(p, len);
+      acc0[i] = _mm256_fmadd_ps(wv, xv, acc0[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) out[i] = hsum(_mm256_add_ps(acc0[i], acc1[i]));
+}
+
+template <DType D>
+void gemv_impl(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
+               int64_t r1) {
+  const auto* W = static_cast<const WeightT<D>*>(w.data);
+  const int64_t cols = w.cols;
+  int64_t r = r0;
+  float out[4];
+  for (; r + 4 <= r1; r += 4) {
+    gemv_block<D, 4>(x, W + r * cols, cols, out);
+    for (int i = 0; i < 4; ++i) y[r + i] = out[i] + (bias ? bias[r + i] : 0.0f);
+  }
+  for (; r < r1; ++r) {
+    gemv_block<D, 1>(x, W + r * cols, cols, out);
+    y[r] = out[0] + (bias ? bias[r] : 0.0f);
+  }
+}
+
+void gemv(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
+          int64_t r1) {
+  switch (w.dtype) {
+    case DType::F32: return gemv_impl<DType::F32>(x, w, bias, y, r0, r1);
+    case DType::F16: return gemv_impl<DType::F16>(x, w, bias, y, r0, r1);
+    default: return gemv_impl<DType::BF16>(x, w, bias, y, r0, r1);
+  }
+}
+
+// ---- GEMM (n > 1) -----------------------------------------------------------
+// Same blocking as the AVX-512 kernel (see there), with a 4 x 3 micro-tile:
+// 12 accumulators + 4 weight vectors fit the 16 ymm registers.
+
+constexpr int64_t kKc = 1024;
+constexpr int64_t kTn = 64;
+constexpr int kMr = 4;
+constexpr int kMt = 3;
+
+template <DType D>
+inline void convert_row(const WeightT<D>* src, int64_t len, float* dst) {
+  int64_t c = 0;
+  for (; c + 8 <= len; c += 8) _mm256_storeu_ps(dst + c, load_w<D>(src + c));
+  if (c < len) _mm256_maskstore_ps(dst + c, tail_mask(len - c), load_w_partial<D>(src + c, len - c));
+}
+
+// sums[i][j] = sum_{c < len} w[i * ldw + c] * x[j * ldx + c]
+template <int R, int T>
+inline void micro(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t len,
+                  float sums[R][T]) {
+  __m256 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= len; c += 8) {
+    __m256 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = _mm256_loadu_ps(w + i * ldw + c);
+    for (int j = 0; j < T; ++j) {
+      const __m256 xv = _mm256_loadu_ps(x + j * ldx + c);
+      for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  if (c < len) {
+    const __m256i m = tail_mask(len - c);
+    __m256 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = _mm256_maskload_ps(w + i * ldw + c, m);
+    for (int j = 0; j < T; ++j) {
+      const __m256 xv = _mm256_maskload_ps(x + j * ldx + c, m);
+      for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) sums[i][j] = hsum(acc[i][j]);
+}
+
+struct TileArgs {
+  const float* w;  // R weight rows (f32), row stride ldw
+  int64_t ldw;
+  const float* x;  // activation rows, row stride ldx
+  int64_t ldx;
+  int64_t len;     // k elements in this block
+  float* y;        // y[j * ldy + i] for weight row i, activation row j
+  int64_t ldy;
+  const float* bias;  // bias of weight row 0, or null
+  bool first;         // first k block: store (+bias); later ones accumulate
+};
+
+template <int R, int T>
+inline void tile(const TileArgs& a) {
+  float s[R][T];
+  micro<R, T>(a.w, a.ldw, a.x, a.ldx, a.len, s);
+  for (int j = 0; j < T; ++j) {
+    float* out = a.y + j * a.ldy;
+    for (int i = 0; i < R; ++i)
+      out[i] = a.first ? s[i][j] + (a.bias ? a.bias[i] : 0.0f) : out[i] + s[i][j];
+  }
+}
+
+template <int R>
+inline void row_block(TileArgs a, int64_t tn) {
+  int64_t t = 0;
+  for (; t + kMt <= tn; t += kMt) {
+    tile<R, kMt>(a);
+    a.x += kMt * a.ldx;
+    a.y += kMt * a.ldy;
+  }
+  switch (tn - t) {
+    case 1: return tile<R, 1>(a);
+    case 2: return tile<R, 2>(a);
+    default: return;
+  }
+}
+
+template <DType D>
+void gemm_impl(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+               int64_t r0, int64_t r1) {
+  const auto* W = static_cast<const WeightT<D>*>(w.data);
+  const int64_t cols = w.cols, rows = w.rows;
+  if (cols == 0) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = r0; r < r1; ++r) y[t * rows + r] = bias ? bias[r] : 0.0f;
+    return;
+  }
+  alignas(64) float wbuf[kMr * kKc];
+  for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
+    const int64_t kc = min64(kKc, cols - k0);
+    for (int64_t t0 = 0; t0 < n; t0 += kTn) {
+      const int64_t tn = min64(kTn, n - t0);
+      for (int64_t r = r0; r < r1;) {
+        const int rb = r1 - r >= kMr ? kMr : 1;
+        TileArgs a;
+        if constexpr (D == DType::F32) {
+          a.w = W + r * cols + k0;
+          a.ldw = cols;
+        } else {
+          for (int i = 0; i < rb; ++i) convert_row<D>(W + (r + i) * cols + k0, kc, wbuf + i * kKc);
+          a.w = wbuf;
+          a.ldw = kKc;
+        }
+        a.x = x + t0 * cols + k0;
+        a.ldx = cols;
+        a.len = kc;
+        a.y = y + t0 * rows + r;
+        a.ldy = rows;
+        a.bias = bias ? bias + r : nullptr;
+        a.first = k0 == 0;
+        if (rb == kMr)
+          row_block<kMr>(a, tn);
+        else
+          row_block<1>(a, tn);
+        r += rb;
+      }
+    }
+  }
+}
+
+void gemm(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
+          int64_t r1) {
+  switch (w.dtype) {
+    case DType::F32: return gemm_impl<DType::F32>(x, n, w, bias, y, r0, r1);
+    case DType::F16: return gemm_impl<DType::F16>(x, n, w, bias, y, r0, r1);
+    default: return gemm_impl<DType::BF16>(x, n, w, bias, y, r0, r1);
+  }
+}
+
+// ---- Vector helpers ---------------------------------------------------------
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 4; ++j)
+      acc[j] =
+          _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * j), _mm256_loadu_ps(b + i + 8 * j), acc[j]);
+  for (; i < n; i += 8) {
+    const __m256i m = tail_mask(n - i);
+    acc[0] = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc[0]);
+  }
+  return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  if (i < n) {
+    const __m256i m = tail_mask(n - i);
+    const __m256 r = _mm256_fmadd_ps(av, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m));
+    _mm256_maskstore_ps(y + i, m, r);
+  }
+}
+
+}  // namespace
+
+const IsaKernels kAvx2Kernels = {"avx2", gemv, gemm, dot, axpy};
+
+}  // namespace tandem::cpu::detail

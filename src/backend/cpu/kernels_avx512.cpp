@@ -1,0 +1,286 @@
+// AVX-512 (F/BW/VL/DQ) kernels: 16 f32 lanes, masked loads for every tail.
+// Compiled with -mavx512*; see kernels_impl.h for the rules this file keeps
+// (anonymous namespace, no shared inline/template helpers).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cpu/kernels_impl.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Lanes [0, n) of a 16-lane mask, n >= 0 (n >= 16 gives all lanes).
+inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+}
+
+template <DType D>
+using WeightT = std::conditional_t<D == DType::F32, float, uint16_t>;
+
+// 16 weights at p, widened to f32. bf16 -> f32 is a 16-bit left shift.
+template <DType D>
+inline __m512 load_w(const WeightT<D>* p) {
+  if constexpr (D == DType::F32) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (D == DType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// As load_w for the lanes in m; the other lanes are 0 and their memory is not
+// touched (masked loads do not fault past the end of a buffer).
+template <DType D>
+inline __m512 load_w_masked(const WeightT<D>* p, __mmask16 m) {
+  if constexpr (D == DType::F32) {
+    return _mm512_maskz_loadu_ps(m, p);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    if constexpr (D == DType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// ---- GEMV (n == 1) ----------------------------------------------------------
+// Memory-bound: R rows are streamed at once with two independent accumulators
+// each (2R FMA chains in flight), x stays in L1/L2.
+
+template <DType D, int R>
+inline void gemv_block(const float* x, const WeightT<D>* w, int64_t cols, float* out) {
+  __m512 acc0[R], acc1[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 32 <= cols; c += 32) {
+    const __m512 x0 = _mm512_loadu_ps(x + c);
+    const __m512 x1 = _mm512_loadu_ps(x + c + 16);
+    for (int i = 0; i < R; ++i) {
+      const WeightT<D>* p = w + i * cols + c;
+      acc0[i] = _mm512_fmadd_ps(load_w<D>(p), x0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(load_w<D>(p + 16), x1, acc1[i]);
+    }
+  }
+  for (; c < cols; c += 16) {
+    const __mmask16 m = tail_mask(cols - c);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + c);
+    for (int i = 0; i < R; ++i)
+      acc0[i] = _mm512_fmadd_ps(load_w_masked<D>(w + i * cols + c, m), xv, acc0[i]);
+  }
+  for (int i = 0; i < R; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+}
+
+template <DType D>
+void gemv_impl(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
+               int64_t r1) {
+  const auto* W = static_cast<const WeightT<D>*>(w.data);
+  const int64_t cols = w.cols;
+  int64_t r = r0;
+  float out[4];
+  for (; r + 4 <= r1; r += 4) {
+    gemv_block<D, 4>(x, W + r * cols, cols, out);
+    for (int i = 0; i < 4; ++i) y[r + i] = out[i] + (bias ? bias[r + i] : 0.0f);
+  }
+  for (; r < r1; ++r) {
+    gemv_block<D, 1>(x, W + r * cols, cols, out);
+    y[r] = out[0] + (bias ? bias[r] : 0.0f);
+  }
+}
+
+void gemv(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
+          int64_t r1) {
+  switch (w.dtype) {
+    case DType::F32: return gemv_impl<DType::F32>(x, w, bias, y, r0, r1);
+    case DType::F16: return gemv_impl<DType::F16>(x, w, bias, y, r0, r1);
+    default: return gemv_impl<DType::BF16>(x, w, bias, y, r0, r1);
+  }
+}
+
+// ---- GEMM (n > 1) -----------------------------------------------------------
+// Blocking: the k dimension in blocks of kKc; activations in tiles of kTn
+// rows (kTn x kKc f32 = 256 KiB, L2-resident while all W rows of the chunk go
+// by); W in blocks of kMr rows converted once per (k block, x tile) into an
+// f32 buffer (kMr x kKc f32 = 16 KiB, L1-resident), F32 weights used in
+// place. The micro-kernel forms kMr x kMt dot products at once: per 16-lane
+// step, kMr + kMt loads feed kMr * kMt FMAs.
+
+constexpr int64_t kKc = 1024;
+constexpr int64_t kTn = 64;
+constexpr int kMr = 4;
+constexpr int kMt = 6;
+
+// dst[0, len) = W row segment as f32; len <= kKc.
+template <DType D>
+inline void convert_row(const WeightT<D>* src, int64_t len, float* dst) {
+  int64_t c = 0;
+  for (; c + 16 <= len; c += 16) _mm512_storeu_ps(dst + c, load_w<D>(src + c));
+  if (c < len) {
+    const __mmask16 m = tail_mask(len - c);
+    _mm512_mask_storeu_ps(dst + c, m, load_w_masked<D>(src + c, m));
+  }
+}
+
+// sums[i][j] = sum_{c < len} w[i * ldw + c] * x[j * ldx + c]
+template <int R, int T>
+inline void micro(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t len,
+                  float sums[R][T]) {
+  __m512 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= len; c += 16) {
+    __m512 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = _mm512_loadu_ps(w + i * ldw + c);
+    for (int j = 0; j < T; ++j) {
+      const __m512 xv = _mm512_loadu_ps(x + j * ldx + c);
+      for (int i = 0; i < R; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  if (c < len) {
+    const __mmask16 m = tail_mask(len - c);
+    __m512 wv[R];
+    for (int i = 0; i < R; ++i) wv[i] = _mm512_maskz_loadu_ps(m, w + i * ldw + c);
+    for (int j = 0; j < T; ++j) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + j * ldx + c);
+      for (int i = 0; i < R; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+// Where one micro-tile's operands and results are.
+struct TileArgs {
+  const float* w;  // R weight rows (f32), row stride ldw
+  int64_t ldw;
+  const float* x;  // activation rows, row stride ldx
+  int64_t ldx;
+  int64_t len;     // k elements in this block
+  float* y;        // y[j * ldy + i] for weight row i, activation row j
+  int64_t ldy;
+  const float* bias;  // bias of weight row 0, or null
+  bool first;         // first k block: store (+bias); later ones accumulate
+};
+
+template <int R, int T>
+inline void tile(const TileArgs& a) {
+  float s[R][T];
+  micro<R, T>(a.w, a.ldw, a.x, a.ldx, a.len, s);
+  for (int j = 0; j < T; ++j) {
+    float* out = a.y + j * a.ldy;
+    for (int i = 0; i < R; ++i)
+      out[i] = a.first ? s[i][j] + (a.bias ? a.bias[i] : 0.0f) : out[i] + s[i][j];
+  }
+}
+
+// All activation rows of the tile against R weight rows.
+template <int R>
+inline void row_block(TileArgs a, int64_t tn) {
+  int64_t t = 0;
+  for (; t + kMt <= tn; t += kMt) {
+    tile<R, kMt>(a);
+    a.x += kMt * a.ldx;
+    a.y += kMt * a.ldy;
+  }
+  switch (tn - t) {
+    case 1: return tile<R, 1>(a);
+    case 2: return tile<R, 2>(a);
+    case 3: return tile<R, 3>(a);
+    case 4: return tile<R, 4>(a);
+    case 5: return tile<R, 5>(a);
+    default: return;
+  }
+}
+
+template <DType D>
+void gemm_impl(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+               int64_t r0, int64_t r1) {
+  const auto* W = static_cast<const WeightT<D>*>(w.data);
+  const int64_t cols = w.cols, rows = w.rows;
+  if (cols == 0) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = r0; r < r1; ++r) y[t * rows + r] = bias ? bias[r] : 0.0f;
+    return;
+  }
+  alignas(64) float wbuf[kMr * kKc];
+  for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
+    const int64_t kc = min64(kKc, cols - k0);
+    for (int64_t t0 = 0; t0 < n; t0 += kTn) {
+      const int64_t tn = min64(kTn, n - t0);
+      for (int64_t r = r0; r < r1;) {
+        const int rb = r1 - r >= kMr ? kMr : 1;
+        TileArgs a;
+        if constexpr (D == DType::F32) {
+          a.w = W + r * cols + k0;
+          a.ldw = cols;
+        } else {
+          for (int i = 0; i < rb; ++i) convert_row<D>(W + (r + i) * cols + k0, kc, wbuf + i * kKc);
+          a.w = wbuf;
+          a.ldw = kKc;
+        }
+        a.x = x + t0 * cols + k0;
+        a.ldx = cols;
+        a.len = kc;
+        a.y = y + t0 * rows + r;
+        a.ldy = rows;
+        a.bias = bias ? bias + r : nullptr;
+        a.first = k0 == 0;
+        if (rb == kMr)
+          row_block<kMr>(a, tn);
+        else
+          row_block<1>(a, tn);
+        r += rb;
+      }
+    }
+  }
+}
+
+void gemm(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
+          int64_t r1) {
+  switch (w.dtype) {
+    case DType::F32: return gemm_impl<DType::F32>(x, n, w, bias, y, r0, r1);
+    case DType::F16: return gemm_impl<DType::F16>(x, n, w, bias, y, r0, r1);
+    default: return gemm_impl<DType::BF16>(x, n, w, bias, y, r0, r1);
+  }
+}
+
+// ---- Vector helpers ---------------------------------------------------------
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (int j = 0; j < 4; ++j)
+      acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * j), _mm512_loadu_ps(b + i + 16 * j),
+                               acc[j]);
+  for (; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    acc[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
+                             acc[0]);
+  }
+  return _mm512_reduce_add_ps(
+      _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 r =
+        _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+    _mm512_mask_storeu_ps(y + i, m, r);
+  }
+}
+
+}  // namespace
+
+const IsaKernels kAvx512Kernels = {"avx512", gemv, gemm, dot, axpy};
+
+}  // namespace tandem::cpu::detail

@@ -1,0 +1,42 @@
+// Element-wise and attention ops of the CPU backend (f32 activations).
+// Contract: all math in f32; softmax subtracts the row max first.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace tandem::cpu {
+
+// y[t] = x[t] · rsqrt(mean(x[t]²) + eps) · w  for each of n rows of `dim`
+// floats (in place allowed). w already includes Gemma's +1.
+void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
+
+// gate[i] = act(gate[i]) · up[i] for i < n.
+void silu_mul(float* gate, const float* up, int64_t n);
+void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+
+// x[i] = cap · tanh(x[i] / cap)
+void softcap(float* x, int64_t n, float cap);
+
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n);
+
+struct AttentionParams {
+  int64_t heads = 0;     // H
+  int64_t kv_heads = 0;  // K; query head h reads kv head h / (H / K)
+  int64_t head_dim = 0;  // Dh
+  float scale = 1.0f;    // multiplies q·k
+  float softcap = 0.0f;  // 0 = off
+  int64_t window =
+      0;              // 0 = every earlier position; else the last `window` positions, self included
+  int64_t slots = 0;  // cache rows; position p lives in row p % slots
+};
+
+// Causal attention of n new tokens at positions pos0 .. pos0+n-1, whose keys
+// and values are already in the cache (rows [slots, K·Dh]).
+//   q:   [n, H·Dh]   out: [n, H·Dh]
+void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache,
+               int64_t pos0, int64_t n, const AttentionParams& p, float* out);
+
+}  // namespace tandem::cpu

@@ -1,0 +1,107 @@
+// tandem bench: prefill and batch-1 decode speed of a model on this machine,
+// reported as tokens/s, achieved GB/s and the fraction of the measured memory
+// read bandwidth (decode is memory-bound: every token streams every weight).
+#include <cstdio>
+#include <random>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/membw.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "model/decoder.h"
+
+namespace tandem::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  int prompt_tokens = 64;
+  int decode_tokens = 32;
+  int threads = 0;
+  double peak_gbs = 0.0;
+};
+
+// Bytes a decode step must read: every matmul weight once, one embedding row,
+// and the K and V rows attended to at position `pos` in every layer.
+double decode_bytes(const Model& m, int64_t pos) {
+  const ModelSpec& s = m.spec;
+  const Weights& w = m.weights;
+  double bytes = double(w.head.nbytes()) + double(s.hidden * dtype_size(w.embed.dtype));
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    for (const WeightMatrix* x : {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down})
+      bytes += double(x->nbytes());
+    int64_t seen = pos + 1;
+    if (s.layer_kinds[l] == AttentionKind::Sliding) seen = std::min(seen, s.sliding_window);
+    bytes += 2.0 * double(seen * s.kv_dim()) * sizeof(float);
+  }
+  return bytes;
+}
+
+int run_bench(const BenchOptions& o) {
+  if (o.prompt_tokens < 1 || o.decode_tokens < 1)
+    fail("--prompt-tokens and --tokens must be at least 1");
+  auto model = load_model_verbose(o.model);
+  const ModelSpec& s = model->spec;
+  ThreadPool pool(o.threads);
+  double peak = o.peak_gbs;
+  if (peak <= 0.0) peak = cpu::measure_read_bandwidth(pool);
+
+  std::mt19937 rng(1);
+  std::vector<int32_t> prompt(size_t(o.prompt_tokens));
+  for (auto& id : prompt) id = int32_t(rng() % uint32_t(s.vocab));
+  Decoder decoder(*model, pool);
+  std::vector<float> logits(size_t(s.vocab));
+
+  // Warm-up pass (page cache, allocator, thread spin-up), then the timed runs.
+  {
+    KvCache warm = decoder.new_cache(o.prompt_tokens + 2);
+    decoder.forward(prompt.data(), o.prompt_tokens, warm, logits.data(), false);
+    int32_t id = argmax(logits.data(), s.vocab);
+    decoder.forward(&id, 1, warm, logits.data(), false);
+  }
+  KvCache cache = decoder.new_cache(o.prompt_tokens + o.decode_tokens);
+  const double t0 = now_seconds();
+  decoder.forward(prompt.data(), o.prompt_tokens, cache, logits.data(), false);
+  const double t1 = now_seconds();
+  double bytes = 0.0;
+  for (int i = 0; i < o.decode_tokens; ++i) {
+    int32_t id = argmax(logits.data(), s.vocab);
+    bytes += decode_bytes(*model, cache.length);
+    decoder.forward(&id, 1, cache, logits.data(), false);
+  }
+  const double t2 = now_seconds();
+
+  const double prefill_tps = o.prompt_tokens / (t1 - t0);
+  const double decode_tps = o.decode_tokens / (t2 - t1);
+  const double gbs = bytes / (t2 - t1) / 1e9;
+  std::printf("model        %s (%s, %s weights)\n", o.model.c_str(), s.arch.c_str(),
+              std::string(dtype_name(model->weights.layers[0].q.dtype)).c_str());
+  std::printf("machine      %d threads, ISA %s, measured read bandwidth %.1f GB/s%s\n", pool.size(),
+              std::string(cpu::active_isa()).c_str(), peak, o.peak_gbs > 0 ? " (given)" : "");
+  std::printf("prefill      %d tokens: %.1f tok/s\n", o.prompt_tokens, prefill_tps);
+  std::printf("decode       %d tokens: %.2f tok/s, %.1f GB/s, %.0f%% of measured bandwidth\n",
+              o.decode_tokens, decode_tps, gbs, 100.0 * gbs / peak);
+  std::printf("memory       peak RSS %.2f GB (weights mmapped; KV cache %.1f MB)\n",
+              peak_rss_bytes() / 1e9, cache.bytes() / 1e6);
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "Measure prefill and batch-1 decode speed of a model");
+  cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
+  cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length")->capture_default_str();
+  cmd->add_option("--tokens", o->decode_tokens, "Tokens to decode")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--peak-gbs", o->peak_gbs,
+                  "Memory read bandwidth to compare with (default: measure it)");
+  return [o] { return run_bench(*o); };
+}
+
+}  // namespace tandem::cli

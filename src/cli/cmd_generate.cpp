@@ -1,0 +1,128 @@
+// tandem run / tandem logits: generation and raw logits from token ids.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "model/decoder.h"
+
+namespace tandem::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  std::string ids;
+  int n = 32;
+  float temperature = 0.0f;
+  uint64_t seed = 0;
+  int threads = 0;
+  bool json = false;
+  bool ignore_eos = false;
+};
+
+struct LogitsOptions {
+  std::string model;
+  std::string ids;
+  bool all = false;
+  int threads = 0;
+};
+
+int run_generate(const RunOptions& o) {
+  if (!o.prompt.empty())
+    fail(
+        "--prompt needs a tokenizer, which tandem does not have yet (it comes with the tokenizer "
+        "issue); pass token ids with --ids 1,2,3 instead");
+  if (o.ids.empty()) fail("give the prompt as token ids with --ids 1,2,3");
+  if (o.n < 0) fail("-n must not be negative, got %d", o.n);
+  std::vector<int32_t> prompt = parse_id_list(o.ids, "--ids");
+  auto model = load_model_verbose(o.model);
+  ThreadPool pool(o.threads);
+  Decoder decoder(*model, pool);
+  KvCache cache = decoder.new_cache(int64_t(prompt.size()) + o.n);
+  std::vector<float> logits(size_t(model->spec.vocab));
+  Sampler sampler(SamplingParams{o.temperature, 0, 1.0f, o.seed});
+
+  const double t0 = now_seconds();
+  decoder.forward(prompt.data(), int64_t(prompt.size()), cache, logits.data(), false);
+  const double t1 = now_seconds();
+  std::vector<int32_t> out;
+  const auto& eos = model->spec.eos_ids;
+  while (int(out.size()) < o.n) {
+    int32_t id = sampler.sample(logits.data(), model->spec.vocab);
+    out.push_back(id);
+    if (!o.ignore_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) break;
+    if (int(out.size()) == o.n) break;
+    decoder.forward(&id, 1, cache, logits.data(), false);
+  }
+  const double t2 = now_seconds();
+
+  if (o.json) {
+    nlohmann::json j;
+    j["ids"] = out;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
+    std::printf("\n");
+  }
+  const size_t decoded = out.size() > 1 ? out.size() - 1 : 0;
+  std::fprintf(
+      stderr,
+      "prefill %zu tokens in %.3f s (%.1f tok/s); decode %zu tokens in %.3f s (%.2f tok/s)\n",
+      prompt.size(), t1 - t0, double(prompt.size()) / (t1 - t0), decoded, t2 - t1,
+      decoded ? double(decoded) / (t2 - t1) : 0.0);
+  return 0;
+}
+
+int run_logits(const LogitsOptions& o) {
+  std::vector<int32_t> ids = parse_id_list(o.ids, "--ids");
+  auto model = load_model_verbose(o.model);
+  ThreadPool pool(o.threads);
+  Decoder decoder(*model, pool);
+  const int64_t n = int64_t(ids.size()), V = model->spec.vocab;
+  KvCache cache = decoder.new_cache(n);
+  std::vector<float> logits(size_t(o.all ? n * V : V));
+  decoder.forward(ids.data(), n, cache, logits.data(), o.all);
+  nlohmann::json rows = nlohmann::json::array();
+  for (int64_t r = 0; r < (o.all ? n : 1); ++r)
+    rows.push_back(std::vector<float>(logits.begin() + r * V, logits.begin() + (r + 1) * V));
+  nlohmann::json j;
+  j["logits"] = std::move(rows);
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
+  cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
+  auto* prompt = cmd->add_option("--prompt", o->prompt, "Prompt text (needs a tokenizer)");
+  auto* ids = cmd->add_option("--ids", o->ids, "Prompt as comma-separated token ids");
+  prompt->excludes(ids);
+  cmd->add_option("-n,--max-tokens", o->n, "Tokens to generate (stops early at end-of-sequence)")
+      ->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Random seed for sampling")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  cmd->add_flag("--json", o->json, "Print {\"ids\": [...]} as JSON");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
+  return [o] { return run_generate(*o); };
+}
+
+Runner add_logits_command(CLI::App& app) {
+  auto o = std::make_shared<LogitsOptions>();
+  auto* cmd = app.add_subcommand("logits", "Print the logits of a sequence of token ids as JSON");
+  cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
+  cmd->add_option("--ids", o->ids, "Comma-separated token ids")->required();
+  cmd->add_flag("--all", o->all, "Every position's logits, not only the last");
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  return [o] { return run_logits(*o); };
+}
+
+}  // namespace tandem::cli

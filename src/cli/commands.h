@@ -1,0 +1,17 @@
+// Each `tandem <command>` registers its flags on a CLI11 subcommand and
+// returns the function that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace tandem::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_run_command(CLI::App& app);
+Runner add_logits_command(CLI::App& app);
+Runner add_synth_command(CLI::App& app);
+Runner add_bench_command(CLI::App& app);
+
+}  // namespace tandem::cli

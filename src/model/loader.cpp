@@ -1,0 +1,151 @@
+// Checkpoint tensors -> the canonical Weights set.
+//
+// Families name their tensors differently and multimodal checkpoints nest the
+// language model under a prefix; this file is the one place that knows those
+// names. Everything after it sees only Weights.
+#include <cmath>
+
+#include "core/error.h"
+#include "model/model.h"
+
+namespace tandem {
+
+namespace {
+
+// Prefixes under which checkpoints store the language model, most specific first.
+const char* const kPrefixes[] = {"model.language_model.", "language_model.model.", "model."};
+
+class WeightReader {
+ public:
+  WeightReader(const Checkpoint& ckpt, const ModelSpec& spec) : ckpt_(ckpt), spec_(spec) {
+    for (const char* p : kPrefixes)
+      if (ckpt.has(std::string(p) + "embed_tokens.weight")) {
+        prefix_ = p;
+        return;
+      }
+    fail(
+        "%s: no embedding tensor found (looked for %sembed_tokens.weight, %sembed_tokens.weight, "
+        "%sembed_tokens.weight)",
+        ckpt.dir().c_str(), kPrefixes[0], kPrefixes[1], kPrefixes[2]);
+  }
+
+  const std::string& prefix() const { return prefix_; }
+
+  TensorView tensor(const std::string& name, const Shape& shape) const {
+    TensorView t = ckpt_.require(name, shape);
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+      fail("tensor \"%s\" in %s: dtype %s is not supported (F32, F16, BF16)", name.c_str(),
+           ckpt_.file_of(name).c_str(), std::string(dtype_name(t.dtype)).c_str());
+    return t;
+  }
+
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    TensorView t = tensor(name, {rows, cols});
+    return WeightMatrix{t.dtype, t.data, rows, cols};
+  }
+
+  // A norm weight in f32, with Gemma's +1 folded in.
+  Vec norm(const std::string& name, int64_t dim) const {
+    Vec v = vec(name, dim);
+    if (spec_.norm_style == NormStyle::OnePlusWeight)
+      for (float& x : v) x += 1.0f;
+    return v;
+  }
+
+  Vec vec(const std::string& name, int64_t dim) const {
+    TensorView t = tensor(name, {dim});
+    Vec v(static_cast<size_t>(dim));
+    convert_to_f32(t.data, t.dtype, dim, v.data());
+    return v;
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  const ModelSpec& spec_;
+  std::string prefix_;
+};
+
+LayerWeights read_layer(const WeightReader& r, const ModelSpec& s, int64_t i) {
+  const std::string p = r.prefix() + "layers." + std::to_string(i) + ".";
+  const int64_t D = s.hidden, Q = s.q_dim(), KV = s.kv_dim(), F = s.intermediate;
+  LayerWeights l;
+  l.attn_in_norm = r.norm(p + "input_layernorm.weight", D);
+  l.q = r.matrix(p + "self_attn.q_proj.weight", Q, D);
+  l.k = r.matrix(p + "self_attn.k_proj.weight", KV, D);
+  l.v = r.matrix(p + "self_attn.v_proj.weight", KV, D);
+  l.o = r.matrix(p + "self_attn.o_proj.weight", D, Q);
+  if (s.qkv_bias) {
+    l.q_bias = r.vec(p + "self_attn.q_proj.bias", Q);
+    l.k_bias = r.vec(p + "self_attn.k_proj.bias", KV);
+    l.v_bias = r.vec(p + "self_attn.v_proj.bias", KV);
+  }
+  if (s.o_bias) l.o_bias = r.vec(p + "self_attn.o_proj.bias", D);
+  if (s.qk_norm) {
+    l.q_norm = r.norm(p + "self_attn.q_norm.weight", s.head_dim);
+    l.k_norm = r.norm(p + "self_attn.k_norm.weight", s.head_dim);
+  }
+  if (s.sandwich_norms) {
+    l.attn_out_norm = r.norm(p + "post_attention_layernorm.weight", D);
+    l.mlp_in_norm = r.norm(p + "pre_feedforward_layernorm.weight", D);
+    l.mlp_out_norm = r.norm(p + "post_feedforward_layernorm.weight", D);
+  } else {
+    l.mlp_in_norm = r.norm(p + "post_attention_layernorm.weight", D);
+  }
+  l.gate = r.matrix(p + "mlp.gate_proj.weight", F, D);
+  l.up = r.matrix(p + "mlp.up_proj.weight", F, D);
+  l.down = r.matrix(p + "mlp.down_proj.weight", D, F);
+  if (s.mlp_bias) {
+    l.gate_bias = r.vec(p + "mlp.gate_proj.bias", F);
+    l.up_bias = r.vec(p + "mlp.up_proj.bias", F);
+    l.down_bias = r.vec(p + "mlp.down_proj.bias", D);
+  }
+  return l;
+}
+
+// The untied head: "lm_head.weight" beside the model, or under the
+// multimodal wrapper.
+WeightMatrix read_head(const Checkpoint& ckpt, const WeightReader& r, const ModelSpec& s) {
+  for (const char* name :
+       {"lm_head.weight", "language_model.lm_head.weight", "model.lm_head.weight"})
+    if (ckpt.has(name)) return r.matrix(name, s.vocab, s.hidden);
+  fail("%s: config says tie_word_embeddings is false but there is no lm_head.weight tensor",
+       ckpt.dir().c_str());
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& dir) {
+  auto model = std::make_unique<Model>(Model{load_model_spec(dir), Checkpoint::open(dir), {}});
+  const ModelSpec& s = model->spec;
+  WeightReader r(model->checkpoint, s);
+  Weights& w = model->weights;
+  w.embed = r.tensor(r.prefix() + "embed_tokens.weight", {s.vocab, s.hidden});
+  if (s.scale_embeddings)  // transformers casts sqrt(D) to the weight dtype first
+    w.embed_scale = round_to_dtype(std::sqrt(float(s.hidden)), w.embed.dtype);
+  w.layers.reserve(size_t(s.layers));
+  for (int64_t i = 0; i < s.layers; ++i) w.layers.push_back(read_layer(r, s, i));
+  w.final_norm = r.norm(r.prefix() + "norm.weight", s.hidden);
+  w.head = s.tied_embeddings ? WeightMatrix{w.embed.dtype, w.embed.data, s.vocab, s.hidden}
+                             : read_head(model->checkpoint, r, s);
+  return model;
+}
+
+KvCache::KvCache(const ModelSpec& spec, int64_t cap, int64_t max_chunk) : capacity(cap) {
+  layers.resize(size_t(spec.layers));
+  for (int64_t i = 0; i < spec.layers; ++i) {
+    Layer& l = layers[i];
+    l.slots = cap;
+    if (spec.layer_kinds[i] == AttentionKind::Sliding)
+      l.slots = std::min(cap, spec.sliding_window + max_chunk);
+    l.k.assign(size_t(l.slots * spec.kv_dim()), 0.0f);
+    l.v.assign(size_t(l.slots * spec.kv_dim()), 0.0f);
+  }
+}
+
+size_t KvCache::bytes() const {
+  size_t n = 0;
+  for (const Layer& l : layers) n += (l.k.size() + l.v.size()) * sizeof(float);
+  return n;
+}
+
+}  // namespace tandem

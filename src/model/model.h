@@ -1,0 +1,148 @@
+// The model's data structures in one place: ModelSpec (what the checkpoint's
+// config says, as feature flags), Weights (canonical tensor set), KvCache.
+//
+// One decoder serves every family; families differ only by the flags here.
+// Shapes use: V vocab, D hidden, L layers, H query heads, K kv heads,
+// Dh head dim, F intermediate (MLP) size, T tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/safetensors.h"
+
+namespace tandem {
+
+enum class NormStyle : uint8_t {
+  Weight,         // y = x̂ · w            (Llama, Qwen, Gemma 4)
+  OnePlusWeight,  // y = x̂ · (1 + w)      (Gemma 1-3: weights stored zero-centred)
+};
+
+enum class Activation : uint8_t { SiLU, GeluTanh };
+
+enum class RopeType : uint8_t { Default, Linear, Llama3, Yarn };
+
+enum class AttentionKind : uint8_t { Full, Sliding };
+
+// One RoPE configuration (a model has one per attention kind). The inverse
+// frequencies are derived from it once at load (see model/rope.h).
+struct RopeSpec {
+  RopeType type = RopeType::Default;
+  double theta = 10000.0;
+  double factor = 1.0;                // linear / llama3 / yarn scaling factor
+  double low_freq_factor = 1.0;       // llama3
+  double high_freq_factor = 4.0;      // llama3
+  int64_t original_max_position = 0;  // llama3 / yarn
+  double beta_fast = 32.0;            // yarn
+  double beta_slow = 1.0;             // yarn
+  double attention_factor = 0.0;      // yarn: multiplies cos and sin; 0 = derive from factor
+  bool truncate = true;               // yarn: round the correction range outward
+  double partial_rotary_factor = 1.0;
+};
+
+struct ModelSpec {
+  std::string arch;          // config model_type: llama, qwen2, qwen3, gemma3_text
+  int64_t vocab = 0;         // V
+  int64_t hidden = 0;        // D
+  int64_t layers = 0;        // L
+  int64_t heads = 0;         // H
+  int64_t kv_heads = 0;      // K (H % K == 0)
+  int64_t head_dim = 0;      // Dh
+  int64_t intermediate = 0;  // F
+  int64_t max_position = 0;  // max_position_embeddings
+  float norm_eps = 1e-6f;
+  NormStyle norm_style = NormStyle::Weight;
+  Activation activation = Activation::SiLU;
+  bool qkv_bias = false;          // q/k/v projections have biases (Qwen2, Llama attention_bias)
+  bool o_bias = false;            // o projection has a bias (Llama attention_bias)
+  bool mlp_bias = false;          // gate/up/down have biases (Llama mlp_bias)
+  bool qk_norm = false;           // RMSNorm over Dh on q and k before RoPE (Qwen3, Gemma 3)
+  bool sandwich_norms = false;    // extra norms after attention and after the MLP (Gemma)
+  bool scale_embeddings = false;  // h = E[id] · sqrt(D), the scale rounded to E's dtype (Gemma)
+  bool tied_embeddings = false;   // the head is E itself
+  float attn_scale = 0.0f;        // score multiplier: Dh^-0.5 or query_pre_attn_scalar^-0.5
+  float attn_softcap = 0.0f;      // 0 = off; else scores = c · tanh(scores / c)
+  float final_softcap = 0.0f;     // 0 = off; else logits = c · tanh(logits / c)
+  int64_t sliding_window = 0;     // keys visible to a sliding layer, itself included
+  std::vector<AttentionKind> layer_kinds;  // [L]
+  RopeSpec rope_full;                      // RoPE of full-attention layers
+  RopeSpec rope_sliding;                   // RoPE of sliding layers (Gemma: local base frequency)
+  std::vector<int32_t> eos_ids;            // generation stops on any of these
+  int32_t bos_id = -1;                     // -1 = none
+
+  int64_t q_dim() const { return heads * head_dim; }      // H·Dh
+  int64_t kv_dim() const { return kv_heads * head_dim; }  // K·Dh
+  const RopeSpec& rope_for(int64_t layer) const {
+    return layer_kinds[layer] == AttentionKind::Sliding ? rope_sliding : rope_full;
+  }
+};
+
+// Reads config.json (and generation_config.json when present) of a checkpoint
+// folder. Accepts both config schemas (rope_theta/rope_scaling/
+// sliding_window_pattern and rope_parameters/layer_types) and the text_config
+// of multimodal configs. Throws Error naming the file and the field.
+ModelSpec load_model_spec(const std::string& dir);
+ModelSpec parse_model_spec(const std::string& config_json_text, const std::string& source_name);
+
+// A per-channel vector (norm weight or bias) converted to f32 at load. Norm
+// weights of NormStyle::OnePlusWeight already have the 1 added, so every norm
+// computes x̂ · w.
+using Vec = std::vector<float>;
+
+struct LayerWeights {
+  Vec attn_in_norm;            // [D]   input_layernorm
+  WeightMatrix q, k, v;        // [H·Dh, D], [K·Dh, D], [K·Dh, D]
+  Vec q_bias, k_bias, v_bias;  // [H·Dh], [K·Dh], [K·Dh] or empty
+  Vec q_norm, k_norm;          // [Dh] or empty
+  WeightMatrix o;              // [D, H·Dh]
+  Vec o_bias;                  // [D] or empty
+  Vec attn_out_norm;           // [D] Gemma post_attention_layernorm, or empty
+  Vec mlp_in_norm;        // [D] Llama post_attention_layernorm / Gemma pre_feedforward_layernorm
+  WeightMatrix gate, up;  // [F, D]
+  WeightMatrix down;      // [D, F]
+  Vec gate_bias, up_bias, down_bias;  // or empty
+  Vec mlp_out_norm;                   // [D] Gemma post_feedforward_layernorm, or empty
+};
+
+struct Weights {
+  TensorView embed;                  // [V, D], read row by row
+  std::vector<LayerWeights> layers;  // [L]
+  Vec final_norm;                    // [D]
+  WeightMatrix head;                 // [V, D]; the embedding itself when tied
+  float embed_scale = 1.0f;          // sqrt(D) rounded to embed's dtype, or 1
+};
+
+// A loaded model: spec + weights viewing the mmapped checkpoint.
+struct Model {
+  ModelSpec spec;
+  Checkpoint checkpoint;  // owns the mappings the weights point into
+  Weights weights;
+};
+
+// Loads config + weights of a checkpoint folder, checking that every tensor the
+// spec needs is present with the expected shape (Error names tensor, file,
+// expected and actual shape).
+std::unique_ptr<Model> load_model(const std::string& dir);
+
+// Per-sequence attention cache: K and V of every layer, f32.
+// Full layers keep every position up to `capacity`; sliding layers keep a ring
+// of `window + max_chunk` positions (enough for a chunk of new tokens to see
+// its whole window), slot = position % ring.
+struct KvCache {
+  struct Layer {
+    std::vector<float> k;  // [slots, K·Dh]
+    std::vector<float> v;  // [slots, K·Dh]
+    int64_t slots = 0;
+  };
+  std::vector<Layer> layers;  // [L]
+  int64_t capacity = 0;       // max positions this cache can hold
+  int64_t length = 0;         // positions written so far
+
+  KvCache(const ModelSpec& spec, int64_t capacity, int64_t max_chunk);
+  size_t bytes() const;
+};
+
+}  // namespace tandem

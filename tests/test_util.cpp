@@ -1,0 +1,54 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tandem::test {
+
+std::string source_dir() {
+  return TANDEM_SOURCE_DIR;
+}
+std::string tandem_binary() {
+  return TANDEM_BINARY;
+}
+std::string fixture_dir(const std::string& name) {
+  return source_dir() + "/tests/fixtures/parity/" + name;
+}
+
+CommandResult run_tandem(const std::string& args) {
+  TempDir tmp;
+  const std::string out_path = tmp.path() + "/out", err_path = tmp.path() + "/err";
+  const std::string cmd =
+      tandem_binary() + " " + args + " >" + out_path + " 2>" + err_path + " </dev/null";
+  int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
+TempDir::TempDir() {
+  std::string templ = (std::filesystem::temp_directory_path() / "tandem-test-XXXXXX").string();
+  if (!mkdtemp(templ.data())) std::abort();
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace tandem::test

@@ -1,0 +1,32 @@
+// Helpers shared by the tests: paths, running the tandem binary, temp dirs.
+#pragma once
+
+#include <string>
+
+namespace tandem::test {
+
+// Repository root and the built `tandem` binary (compile-time paths).
+std::string source_dir();
+std::string tandem_binary();
+std::string fixture_dir(const std::string& name);  // tests/fixtures/parity/<name>
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs `tandem <args>` (args are shell-quoted by the caller).
+CommandResult run_tandem(const std::string& args);
+
+// A fresh temporary directory, removed with the object.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace tandem::test
