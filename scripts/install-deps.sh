@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tandem needs to build and test, only those
+# missing, with sudo when not root. Safe to run repeatedly.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build ccache pkg-config
+  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libpcre2-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "installing: ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "error: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
