@@ -8,6 +8,11 @@
 
 #include "backend/cpu/kernels_impl.h"
 
+// GCC 12's AVX-512 headers build vectors from _mm512_undefined_*() and trip
+// -W(maybe-)uninitialized at every use (GCC PR 105593); the values are dead.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace tandem::cpu::detail {
 namespace {
 
