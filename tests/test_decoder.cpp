@@ -20,18 +20,19 @@ std::vector<int32_t> fixture_ids(const std::string& name) {
   return nlohmann::json::parse(f)["ids"].get<std::vector<int32_t>>();
 }
 
-// Logits of every position, computed with prefill chunks of `chunk` tokens
-// (chunk 1 = token-by-token decoding).
+// Logits of every position, fed `step` tokens per call through a decoder
+// whose steps hold at most `max_step` tokens (step 1 = token-by-token decoding).
 std::vector<float> logits_in_chunks(const Model& m, ThreadPool& pool,
-                                    const std::vector<int32_t>& ids, int64_t max_chunk,
+                                    const std::vector<int32_t>& ids, int64_t max_step,
                                     int64_t step) {
-  Decoder d(m, pool, max_chunk);
   const int64_t n = int64_t(ids.size()), V = m.spec.vocab;
-  KvCache cache = d.new_cache(n);
+  KvPool kv_pool = single_sequence_pool(m.spec, n, max_step);
+  Decoder d(m, pool, kv_pool, max_step);
+  SequenceKv kv;
   std::vector<float> out(size_t(n * V));
   for (int64_t i = 0; i < n; i += step) {
     int64_t k = std::min(step, n - i);
-    d.forward(ids.data() + i, k, cache, out.data() + i * V, true);
+    run_sequence(d, ids.data() + i, k, kv, out.data() + i * V, true);
   }
   return out;
 }
@@ -48,7 +49,7 @@ TEST_P(DecoderConsistency, IncrementalAndChunkedEqualFullPrefill) {
   auto model = load_model(test::fixture_dir(GetParam()));
   ThreadPool pool(2);
   auto ids = fixture_ids(GetParam());
-  auto full = logits_in_chunks(*model, pool, ids, 256, 64);
+  auto full = logits_in_chunks(*model, pool, ids, 64, 64);
   // Token by token (the decode path), and chunks of 3 and 5 that straddle the
   // sliding window (8) at every offset, with the decoder's own chunk limit
   // smaller than the call size too.
@@ -70,12 +71,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderConsistency,
 TEST(Decoder, RejectsIdsOutsideTheVocabulary) {
   auto model = load_model(test::fixture_dir("llama-f32"));
   ThreadPool pool(1);
-  Decoder d(*model, pool);
-  KvCache cache = d.new_cache(8);
+  KvPool kv_pool = single_sequence_pool(model->spec, 8, 8);
+  Decoder d(*model, pool, kv_pool, 8);
+  SequenceKv kv;
   std::vector<float> logits(size_t(model->spec.vocab));
   int32_t ids[] = {5, 320};
   try {
-    d.forward(ids, 2, cache, logits.data(), false);
+    run_sequence(d, ids, 2, kv, logits.data(), false);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(
@@ -83,26 +85,86 @@ TEST(Decoder, RejectsIdsOutsideTheVocabulary) {
         std::string::npos)
         << e.what();
   }
-  EXPECT_EQ(cache.length, 0);  // nothing was written
+  EXPECT_EQ(kv.length, 0);  // nothing was written
 }
 
 TEST(Decoder, RejectsContextOverflow) {
   auto model = load_model(test::fixture_dir("llama-f32"));
   ThreadPool pool(1);
-  Decoder d(*model, pool);
-  KvCache cache = d.new_cache(4);
+  KvPool kv_pool = single_sequence_pool(model->spec, 16, 8);  // one block
+  Decoder d(*model, pool, kv_pool, 8);
+  SequenceKv kv;
   std::vector<float> logits(size_t(model->spec.vocab));
-  int32_t ids[] = {5, 6, 7, 8, 9};
-  EXPECT_THROW(d.forward(ids, 5, cache, logits.data(), false), Error);
-  d.forward(ids, 4, cache, logits.data(), false);
-  EXPECT_THROW(d.forward(ids, 1, cache, logits.data(), false), Error);
+  std::vector<int32_t> ids(17, 5);
+  EXPECT_THROW(run_sequence(d, ids.data(), 17, kv, logits.data(), false), Error);
+  kv_release(kv_pool, kv);
+  SequenceKv fresh;
+  run_sequence(d, ids.data(), 16, fresh, logits.data(), false);
+  EXPECT_THROW(run_sequence(d, ids.data(), 1, fresh, logits.data(), false), Error);
 }
 
-TEST(KvCache, SlidingLayersKeepOnlyTheWindowPlusAChunk) {
+TEST(Decoder, BatchedStepEqualsEachSequenceAlone) {
+  // Three sequences of different lengths in one step (one decoding, two
+  // prefilling) give the logits each gets alone.
   auto model = load_model(test::fixture_dir("gemma3_text-f32"));
-  KvCache cache(model->spec, 1000, 16);
-  EXPECT_EQ(cache.layers[0].slots, 8 + 16);  // sliding
-  EXPECT_EQ(cache.layers[2].slots, 1000);    // full
+  const ModelSpec& s = model->spec;
+  ThreadPool pool(2);
+  auto ids = fixture_ids("gemma3_text-f32");
+  KvPool kv_pool(s, 64, 64);
+  Decoder d(*model, pool, kv_pool, 64);
+  std::vector<SequenceKv> kv(3);
+  std::vector<std::vector<float>> got(3, std::vector<float>(size_t(s.vocab)));
+  // Sequence 0 has a 20-token history and decodes one token; 1 and 2 prefill.
+  std::vector<float> scratch(size_t(s.vocab));
+  run_sequence(d, ids.data(), 20, kv[0], scratch.data(), false);
+  const int64_t lens[3] = {1, 11, 30};
+  const int32_t* starts[3] = {ids.data() + 20, ids.data() + 3, ids.data() + 30};
+  std::vector<SeqStep> batch;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(kv_reserve(kv_pool, s, kv[i], kv[i].length + lens[i]));
+    batch.push_back({starts[i], lens[i], &kv[i], got[i].data(), false});
+  }
+  d.step(batch);
+  // Alone: sequence 0 as 21 tokens, the others as their own prompts.
+  auto alone = [&](const int32_t* p, int64_t n) {
+    auto all = logits_in_chunks(*model, pool, std::vector<int32_t>(p, p + n), 64, 64);
+    return std::vector<float>(all.end() - s.vocab, all.end());
+  };
+  EXPECT_LE(max_abs_diff(got[0], alone(ids.data(), 21)), 1e-4f);
+  EXPECT_LE(max_abs_diff(got[1], alone(starts[1], 11)), 1e-4f);
+  EXPECT_LE(max_abs_diff(got[2], alone(starts[2], 30)), 1e-4f);
+}
+
+TEST(KvPool, SlidingLayersHoldOnlyTheWindow) {
+  auto model = load_model(test::fixture_dir("gemma3_text-f32"));  // window 8
+  const ModelSpec& s = model->spec;
+  ThreadPool pool(1);
+  KvPool kv_pool = single_sequence_pool(s, 64, 4);
+  EXPECT_EQ(kv_pool.total(AttentionKind::Full), 4);
+  EXPECT_EQ(kv_pool.total(AttentionKind::Sliding), KvPool::sliding_blocks_per_sequence(s, 4));
+  Decoder d(*model, pool, kv_pool, 4);
+  SequenceKv kv;
+  std::vector<float> logits(size_t(s.vocab));
+  auto ids = fixture_ids("gemma3_text-f32");
+  for (int i = 0; i < 64; ++i) {
+    run_sequence(d, ids.data() + i, 1, kv, logits.data(), false);
+    EXPECT_LE(int64_t(kv.sliding.size()), 2) << "after " << i + 1 << " tokens";
+  }
+  EXPECT_EQ(kv.full.size(), 4u);
+  kv_release(kv_pool, kv);
+  EXPECT_EQ(kv_pool.free_count(AttentionKind::Full), 4);
+  EXPECT_EQ(kv_pool.free_count(AttentionKind::Sliding), kv_pool.total(AttentionKind::Sliding));
+}
+
+TEST(KvPool, ReserveIsAllOrNothing) {
+  auto model = load_model(test::fixture_dir("llama-f32"));
+  KvPool kv_pool(model->spec, 3, 0);
+  SequenceKv a, b;
+  ASSERT_TRUE(kv_reserve(kv_pool, model->spec, a, 40));  // 3 blocks
+  EXPECT_FALSE(kv_reserve(kv_pool, model->spec, b, 1));
+  EXPECT_TRUE(b.full.empty());
+  kv_release(kv_pool, a);
+  EXPECT_TRUE(kv_reserve(kv_pool, model->spec, b, 1));
 }
 
 }  // namespace

@@ -55,25 +55,28 @@ int run_bench(const BenchOptions& o) {
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(size_t(o.prompt_tokens));
   for (auto& id : prompt) id = int32_t(rng() % uint32_t(s.vocab));
-  Decoder decoder(*model, pool);
+  KvPool kv_pool =
+      single_sequence_pool(s, o.prompt_tokens + o.decode_tokens + 2, Decoder::kDefaultStepTokens);
+  Decoder decoder(*model, pool, kv_pool);
   std::vector<float> logits(size_t(s.vocab));
 
   // Warm-up pass (page cache, allocator, thread spin-up), then the timed runs.
   {
-    KvCache warm = decoder.new_cache(o.prompt_tokens + 2);
-    decoder.forward(prompt.data(), o.prompt_tokens, warm, logits.data(), false);
+    SequenceKv warm;
+    run_sequence(decoder, prompt.data(), o.prompt_tokens, warm, logits.data(), false);
     int32_t id = argmax(logits.data(), s.vocab);
-    decoder.forward(&id, 1, warm, logits.data(), false);
+    run_sequence(decoder, &id, 1, warm, logits.data(), false);
+    kv_release(kv_pool, warm);
   }
-  KvCache cache = decoder.new_cache(o.prompt_tokens + o.decode_tokens);
+  SequenceKv kv;
   const double t0 = now_seconds();
-  decoder.forward(prompt.data(), o.prompt_tokens, cache, logits.data(), false);
+  run_sequence(decoder, prompt.data(), o.prompt_tokens, kv, logits.data(), false);
   const double t1 = now_seconds();
   double bytes = 0.0;
   for (int i = 0; i < o.decode_tokens; ++i) {
     int32_t id = argmax(logits.data(), s.vocab);
-    bytes += decode_bytes(*model, cache.length);
-    decoder.forward(&id, 1, cache, logits.data(), false);
+    bytes += decode_bytes(*model, kv.length);
+    run_sequence(decoder, &id, 1, kv, logits.data(), false);
   }
   const double t2 = now_seconds();
 
@@ -88,11 +91,14 @@ int run_bench(const BenchOptions& o) {
   std::printf("decode       %d tokens: %.2f tok/s, %.1f GB/s, %.0f%% of measured bandwidth\n",
               o.decode_tokens, decode_tps, gbs, 100.0 * gbs / peak);
   uint64_t weight_bytes = 0;
-  for (const auto& name : model->checkpoint.names()) weight_bytes += model->checkpoint.get(name).nbytes();
+  for (const auto& name : model->checkpoint.names())
+    weight_bytes += model->checkpoint.get(name).nbytes();
   const double rss = double(peak_rss_bytes());
-  std::printf("memory       peak RSS %.2f GB = weights %.2f GB (mmapped) + KV cache %.1f MB + %.0f MB other\n",
-              rss / 1e9, weight_bytes / 1e9, cache.bytes() / 1e6,
-              (rss - double(weight_bytes) - double(cache.bytes())) / 1e6);
+  std::printf(
+      "memory       peak RSS %.2f GB = weights %.2f GB (mmapped) + KV cache %.1f MB + %.0f MB "
+      "other\n",
+      rss / 1e9, weight_bytes / 1e9, kv_pool.bytes() / 1e6,
+      (rss - double(weight_bytes) - double(kv_pool.bytes())) / 1e6);
   return 0;
 }
 

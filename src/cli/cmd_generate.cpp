@@ -41,13 +41,15 @@ int run_generate(const RunOptions& o) {
   std::vector<int32_t> prompt = parse_id_list(o.ids, "--ids");
   auto model = load_model_verbose(o.model);
   ThreadPool pool(o.threads);
-  Decoder decoder(*model, pool);
-  KvCache cache = decoder.new_cache(int64_t(prompt.size()) + o.n);
+  KvPool kv_pool =
+      single_sequence_pool(model->spec, int64_t(prompt.size()) + o.n, Decoder::kDefaultStepTokens);
+  Decoder decoder(*model, pool, kv_pool);
+  SequenceKv kv;
   std::vector<float> logits(size_t(model->spec.vocab));
   Sampler sampler(SamplingParams{o.temperature, 0, 1.0f, o.seed});
 
   const double t0 = now_seconds();
-  decoder.forward(prompt.data(), int64_t(prompt.size()), cache, logits.data(), false);
+  run_sequence(decoder, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false);
   const double t1 = now_seconds();
   std::vector<int32_t> out;
   const auto& eos = model->spec.eos_ids;
@@ -56,7 +58,7 @@ int run_generate(const RunOptions& o) {
     out.push_back(id);
     if (!o.ignore_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) break;
     if (int(out.size()) == o.n) break;
-    decoder.forward(&id, 1, cache, logits.data(), false);
+    run_sequence(decoder, &id, 1, kv, logits.data(), false);
   }
   const double t2 = now_seconds();
 
@@ -81,11 +83,12 @@ int run_logits(const LogitsOptions& o) {
   std::vector<int32_t> ids = parse_id_list(o.ids, "--ids");
   auto model = load_model_verbose(o.model);
   ThreadPool pool(o.threads);
-  Decoder decoder(*model, pool);
   const int64_t n = int64_t(ids.size()), V = model->spec.vocab;
-  KvCache cache = decoder.new_cache(n);
+  KvPool kv_pool = single_sequence_pool(model->spec, n, Decoder::kDefaultStepTokens);
+  Decoder decoder(*model, pool, kv_pool);
+  SequenceKv kv;
   std::vector<float> logits(size_t(o.all ? n * V : V));
-  decoder.forward(ids.data(), n, cache, logits.data(), o.all);
+  run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all);
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t r = 0; r < (o.all ? n : 1); ++r)
     rows.push_back(std::vector<float>(logits.begin() + r * V, logits.begin() + (r + 1) * V));

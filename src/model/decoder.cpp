@@ -16,14 +16,26 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
   cpu::matmul(pool, x, n, w, bias.empty() ? nullptr : bias.data(), y);
 }
 
+// True when the sequence's block tables cover positions [0, end).
+bool covers(const ModelSpec& s, const SequenceKv& kv, int64_t end) {
+  const int64_t blocks = (end + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
+  bool full = std::find(s.layer_kinds.begin(), s.layer_kinds.end(), AttentionKind::Full) !=
+              s.layer_kinds.end();
+  bool sliding = std::find(s.layer_kinds.begin(), s.layer_kinds.end(), AttentionKind::Sliding) !=
+                 s.layer_kinds.end();
+  if (full && int64_t(kv.full.size()) < blocks) return false;
+  if (sliding && kv.sliding_first + int64_t(kv.sliding.size()) < blocks) return false;
+  return true;
+}
+
 }  // namespace
 
-Decoder::Decoder(const Model& model, ThreadPool& pool, int64_t max_chunk)
-    : model_(model), pool_(pool), max_chunk_(max_chunk) {
+Decoder::Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool, int64_t max_step_tokens)
+    : model_(model), pool_(pool), kv_pool_(kv_pool), max_step_tokens_(max_step_tokens) {
   const ModelSpec& s = model.spec;
   rope_full_ = make_rope_table(s.rope_full, s.head_dim);
   rope_sliding_ = make_rope_table(s.rope_sliding, s.head_dim);
-  const size_t T = size_t(max_chunk);
+  const size_t T = size_t(max_step_tokens);
   h_.resize(T * s.hidden);
   x_.resize(T * s.hidden);
   q_.resize(T * s.q_dim());
@@ -35,105 +47,164 @@ Decoder::Decoder(const Model& model, ThreadPool& pool, int64_t max_chunk)
   up_.resize(T * s.intermediate);
 }
 
-void Decoder::forward(const int32_t* ids, int64_t n, KvCache& cache, float* logits,
-                      bool all_logits) {
-  const ModelSpec& s = model_.spec;
-  if (n <= 0) fail("forward: no tokens given");
-  for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= s.vocab)
-      fail("token id %d at index %lld is outside the vocabulary [0, %lld)", ids[i], (long long)i,
-           (long long)s.vocab);
-  if (cache.length + n > cache.capacity)
-    fail("context overflow: %lld cached + %lld new tokens exceed the context of %lld",
-         (long long)cache.length, (long long)n, (long long)cache.capacity);
-  for (int64_t done = 0; done < n; done += max_chunk_) {
-    int64_t chunk = std::min(max_chunk_, n - done);
-    bool last = done + chunk == n;
-    float* out = all_logits ? logits + done * s.vocab : logits;
-    // Non-final chunks of a last-logits-only call need no logits at all.
-    forward_chunk(ids + done, chunk, cache, (all_logits || last) ? out : nullptr, all_logits);
-  }
-}
-
-void Decoder::forward_chunk(const int32_t* ids, int64_t n, KvCache& cache, float* logits,
-                            bool all_logits) {
+void Decoder::step(std::span<const SeqStep> batch) {
   const ModelSpec& s = model_.spec;
   const Weights& w = model_.weights;
-  const int64_t D = s.hidden;
+  const int64_t D = s.hidden, V = s.vocab;
+  int64_t tokens = 0, logit_rows = 0;
+  for (const SeqStep& q : batch) {
+    if (q.n <= 0) fail("step: a sequence with no tokens");
+    for (int64_t i = 0; i < q.n; ++i)
+      if (q.ids[i] < 0 || q.ids[i] >= V)
+        fail("token id %d at index %lld is outside the vocabulary [0, %lld)", q.ids[i],
+             (long long)i, (long long)V);
+    if (!covers(s, *q.kv, q.kv->length + q.n))
+      fail("step: KV blocks not reserved for %lld positions", (long long)(q.kv->length + q.n));
+    tokens += q.n;
+    if (q.logits) logit_rows += q.all_logits ? q.n : 1;
+  }
+  if (tokens > max_step_tokens_)
+    fail("step: %lld tokens exceed the step budget of %lld", (long long)tokens,
+         (long long)max_step_tokens_);
+
+  // Embeddings of every new token, sequences back to back.
   const size_t row_bytes = size_t(D) * dtype_size(w.embed.dtype);
-  for (int64_t t = 0; t < n; ++t) {
-    const auto* row = static_cast<const uint8_t*>(w.embed.data) + size_t(ids[t]) * row_bytes;
-    float* h = h_.data() + t * D;
-    convert_to_f32(row, w.embed.dtype, D, h);
-    if (w.embed_scale != 1.0f)
-      for (int64_t i = 0; i < D; ++i) h[i] *= w.embed_scale;
-  }
+  int64_t t = 0;
+  for (const SeqStep& q : batch)
+    for (int64_t i = 0; i < q.n; ++i, ++t) {
+      const auto* row = static_cast<const uint8_t*>(w.embed.data) + size_t(q.ids[i]) * row_bytes;
+      float* h = h_.data() + t * D;
+      convert_to_f32(row, w.embed.dtype, D, h);
+      if (w.embed_scale != 1.0f)
+        for (int64_t j = 0; j < D; ++j) h[j] *= w.embed_scale;
+    }
   for (int64_t l = 0; l < s.layers; ++l) {
-    attention_block(l, n, cache);
-    mlp_block(l, n);
+    attention_block(l, batch, tokens);
+    mlp_block(l, tokens);
   }
-  cache.length += n;
-  if (!logits) return;
-  // Only the rows whose logits are wanted go through the final norm and head.
-  const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
-  cpu::rmsnorm(h_.data() + first * D, w.final_norm.data(), rows, D, s.norm_eps, x_.data());
-  cpu::matmul(pool_, x_.data(), rows, w.head, nullptr, logits);
-  if (s.final_softcap > 0.0f) cpu::softcap(logits, rows * s.vocab, s.final_softcap);
+  for (const SeqStep& q : batch) q.kv->length += q.n;
+  if (logit_rows == 0) return;
+
+  // Final norm + head only for the rows whose logits are wanted, gathered
+  // into one matmul so the head streams once per step.
+  t = 0;
+  int64_t r = 0;
+  for (const SeqStep& q : batch) {
+    if (q.logits) {
+      const int64_t first = q.all_logits ? t : t + q.n - 1, rows = q.all_logits ? q.n : 1;
+      cpu::rmsnorm(h_.data() + first * D, w.final_norm.data(), rows, D, s.norm_eps,
+                   x_.data() + r * D);
+      r += rows;
+    }
+    t += q.n;
+  }
+  // One sequence writes straight into its buffer; several share a scratch
+  // matrix that is then split.
+  const bool direct = batch.size() == 1;
+  float* dst = batch[0].logits;
+  if (!direct) {
+    if (logit_rows_.size() < size_t(logit_rows * V)) logit_rows_.resize(size_t(logit_rows * V));
+    dst = logit_rows_.data();
+  }
+  cpu::matmul(pool_, x_.data(), logit_rows, w.head, nullptr, dst);
+  if (s.final_softcap > 0.0f) cpu::softcap(dst, logit_rows * V, s.final_softcap);
+  if (direct) return;
+  r = 0;
+  for (const SeqStep& q : batch) {
+    if (!q.logits) continue;
+    const int64_t rows = q.all_logits ? q.n : 1;
+    std::memcpy(q.logits, dst + r * V, sizeof(float) * size_t(rows * V));
+    r += rows;
+  }
 }
 
-void Decoder::attention_block(int64_t layer, int64_t n, KvCache& cache) {
+void Decoder::attention_block(int64_t layer, std::span<const SeqStep> batch, int64_t tokens) {
   const ModelSpec& s = model_.spec;
   const LayerWeights& lw = model_.weights.layers[layer];
   const int64_t D = s.hidden, Q = s.q_dim(), KV = s.kv_dim(), Dh = s.head_dim;
-  cpu::rmsnorm(h_.data(), lw.attn_in_norm.data(), n, D, s.norm_eps, x_.data());
-  linear(pool_, x_.data(), n, lw.q, lw.q_bias, q_.data());
-  linear(pool_, x_.data(), n, lw.k, lw.k_bias, k_.data());
-  linear(pool_, x_.data(), n, lw.v, lw.v_bias, v_.data());
+  cpu::rmsnorm(h_.data(), lw.attn_in_norm.data(), tokens, D, s.norm_eps, x_.data());
+  linear(pool_, x_.data(), tokens, lw.q, lw.q_bias, q_.data());
+  linear(pool_, x_.data(), tokens, lw.k, lw.k_bias, k_.data());
+  linear(pool_, x_.data(), tokens, lw.v, lw.v_bias, v_.data());
   if (s.qk_norm) {
-    cpu::rmsnorm(q_.data(), lw.q_norm.data(), n * s.heads, Dh, s.norm_eps, q_.data());
-    cpu::rmsnorm(k_.data(), lw.k_norm.data(), n * s.kv_heads, Dh, s.norm_eps, k_.data());
+    cpu::rmsnorm(q_.data(), lw.q_norm.data(), tokens * s.heads, Dh, s.norm_eps, q_.data());
+    cpu::rmsnorm(k_.data(), lw.k_norm.data(), tokens * s.kv_heads, Dh, s.norm_eps, k_.data());
   }
-  const bool sliding = s.layer_kinds[layer] == AttentionKind::Sliding;
-  const RopeTable& rope = sliding ? rope_sliding_ : rope_full_;
-  KvCache::Layer& kv = cache.layers[layer];
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t pos = cache.length + t;
-    apply_rope(rope, pos, q_.data() + t * Q, s.heads, Dh);
-    apply_rope(rope, pos, k_.data() + t * KV, s.kv_heads, Dh);
-    const int64_t slot = pos % kv.slots;
-    std::memcpy(kv.k.data() + slot * KV, k_.data() + t * KV, sizeof(float) * KV);
-    std::memcpy(kv.v.data() + slot * KV, v_.data() + t * KV, sizeof(float) * KV);
-  }
+  const AttentionKind kind = s.layer_kinds[layer];
+  const RopeTable& rope = kind == AttentionKind::Sliding ? rope_sliding_ : rope_full_;
   cpu::AttentionParams p;
   p.heads = s.heads;
   p.kv_heads = s.kv_heads;
   p.head_dim = Dh;
   p.scale = s.attn_scale;
   p.softcap = s.attn_softcap;
-  p.window = sliding ? s.sliding_window : 0;
-  p.slots = kv.slots;
-  cpu::attention(pool_, q_.data(), kv.k.data(), kv.v.data(), cache.length, n, p, attn_.data());
-  linear(pool_, attn_.data(), n, lw.o, lw.o_bias, out_.data());
+  p.window = kind == AttentionKind::Sliding ? s.sliding_window : 0;
+  p.k_base = kv_pool_.keys(layer);
+  p.v_base = kv_pool_.values(layer);
+  p.block_size = KvPool::kBlockSize;
+  int64_t t0 = 0;
+  for (const SeqStep& q : batch) {
+    const SequenceKv& kv = *q.kv;
+    for (int64_t i = 0; i < q.n; ++i) {
+      const int64_t t = t0 + i, pos = kv.length + i;
+      apply_rope(rope, pos, q_.data() + t * Q, s.heads, Dh);
+      apply_rope(rope, pos, k_.data() + t * KV, s.kv_heads, Dh);
+      const int32_t block = kv.block_of(kind, pos);
+      const int64_t row = pos % KvPool::kBlockSize;
+      std::memcpy(kv_pool_.keys(layer, block) + row * KV, k_.data() + t * KV, sizeof(float) * KV);
+      std::memcpy(kv_pool_.values(layer, block) + row * KV, v_.data() + t * KV, sizeof(float) * KV);
+    }
+    p.blocks = kind == AttentionKind::Full ? kv.full.data() : kv.sliding.data();
+    p.first_block = kind == AttentionKind::Full ? 0 : kv.sliding_first;
+    cpu::attention(pool_, q_.data() + t0 * Q, kv.length, q.n, p, attn_.data() + t0 * Q);
+    t0 += q.n;
+  }
+  linear(pool_, attn_.data(), tokens, lw.o, lw.o_bias, out_.data());
   if (!lw.attn_out_norm.empty())
-    cpu::rmsnorm(out_.data(), lw.attn_out_norm.data(), n, D, s.norm_eps, out_.data());
-  cpu::add_inplace(h_.data(), out_.data(), n * D);
+    cpu::rmsnorm(out_.data(), lw.attn_out_norm.data(), tokens, D, s.norm_eps, out_.data());
+  cpu::add_inplace(h_.data(), out_.data(), tokens * D);
 }
 
-void Decoder::mlp_block(int64_t layer, int64_t n) {
+void Decoder::mlp_block(int64_t layer, int64_t tokens) {
   const ModelSpec& s = model_.spec;
   const LayerWeights& lw = model_.weights.layers[layer];
   const int64_t D = s.hidden, F = s.intermediate;
-  cpu::rmsnorm(h_.data(), lw.mlp_in_norm.data(), n, D, s.norm_eps, x_.data());
-  linear(pool_, x_.data(), n, lw.gate, lw.gate_bias, gate_.data());
-  linear(pool_, x_.data(), n, lw.up, lw.up_bias, up_.data());
+  cpu::rmsnorm(h_.data(), lw.mlp_in_norm.data(), tokens, D, s.norm_eps, x_.data());
+  linear(pool_, x_.data(), tokens, lw.gate, lw.gate_bias, gate_.data());
+  linear(pool_, x_.data(), tokens, lw.up, lw.up_bias, up_.data());
   if (s.activation == Activation::SiLU)
-    cpu::silu_mul(gate_.data(), up_.data(), n * F);
+    cpu::silu_mul(gate_.data(), up_.data(), tokens * F);
   else
-    cpu::gelu_tanh_mul(gate_.data(), up_.data(), n * F);
-  linear(pool_, gate_.data(), n, lw.down, lw.down_bias, out_.data());
+    cpu::gelu_tanh_mul(gate_.data(), up_.data(), tokens * F);
+  linear(pool_, gate_.data(), tokens, lw.down, lw.down_bias, out_.data());
   if (!lw.mlp_out_norm.empty())
-    cpu::rmsnorm(out_.data(), lw.mlp_out_norm.data(), n, D, s.norm_eps, out_.data());
-  cpu::add_inplace(h_.data(), out_.data(), n * D);
+    cpu::rmsnorm(out_.data(), lw.mlp_out_norm.data(), tokens, D, s.norm_eps, out_.data());
+  cpu::add_inplace(h_.data(), out_.data(), tokens * D);
+}
+
+KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max_step_tokens) {
+  const int64_t full = (capacity + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
+  const int64_t sliding =
+      std::min(full, KvPool::sliding_blocks_per_sequence(spec, max_step_tokens));
+  return KvPool(spec, full, sliding);
+}
+
+void run_sequence(Decoder& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,
+                  bool all_logits) {
+  const ModelSpec& s = decoder.spec();
+  if (n <= 0) fail("no tokens given");
+  for (int64_t done = 0; done < n;) {
+    const int64_t chunk = std::min(decoder.max_step_tokens(), n - done);
+    if (!kv_reserve(decoder.kv_pool(), s, kv, kv.length + chunk))
+      fail("context overflow: %lld cached + %lld new tokens do not fit in the KV cache",
+           (long long)kv.length, (long long)chunk);
+    const bool last = done + chunk == n;
+    SeqStep q{ids + done, chunk, &kv,
+              all_logits ? logits + done * s.vocab : (last ? logits : nullptr), all_logits};
+    decoder.step(std::span<const SeqStep>(&q, 1));
+    kv_trim_sliding(decoder.kv_pool(), s, kv);
+    done += chunk;
+  }
 }
 
 }  // namespace tandem

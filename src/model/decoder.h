@@ -1,53 +1,76 @@
 // The one decoder: a pre-norm transformer whose family differences are
-// ModelSpec flags. CPU backend; one sequence at a time (the batched engine
-// comes with the server).
+// ModelSpec flags. CPU backend. A step runs any number of sequences at once:
+// their new tokens are concatenated so every weight is streamed once per step
+// (decode tokens and prefill chunks alike), and each sequence attends over
+// its own paged KV blocks.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/rope.h"
 
 namespace tandem {
 
+// One sequence's part of a step.
+struct SeqStep {
+  const int32_t* ids = nullptr;  // new tokens, at positions kv->length ..
+  int64_t n = 0;
+  SequenceKv* kv = nullptr;  // must already hold blocks for length + n (kv_reserve)
+  float* logits = nullptr;   // [n, V] when all_logits, [V] for the last token, or null
+  bool all_logits = false;
+};
+
 class Decoder {
  public:
-  // Prefill is processed in chunks of at most `max_chunk` tokens; a KvCache
-  // used with this decoder must be built with the same max_chunk.
-  static constexpr int64_t kDefaultMaxChunk = 256;
+  static constexpr int64_t kDefaultStepTokens = 256;
 
-  Decoder(const Model& model, ThreadPool& pool, int64_t max_chunk = kDefaultMaxChunk);
+  // Steps may carry at most `max_step_tokens` tokens in all.
+  Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool,
+          int64_t max_step_tokens = kDefaultStepTokens);
 
   const ModelSpec& spec() const { return model_.spec; }
-  int64_t max_chunk() const { return max_chunk_; }
-  KvCache new_cache(int64_t capacity) const { return KvCache(model_.spec, capacity, max_chunk_); }
+  int64_t max_step_tokens() const { return max_step_tokens_; }
+  KvPool& kv_pool() { return kv_pool_; }
 
-  // Appends n tokens at positions cache.length .. cache.length+n-1 and writes
-  // logits: [n, V] when all_logits, else [V] for the last token only.
-  // Throws Error for an id outside [0, V) or when the cache would overflow.
-  void forward(const int32_t* ids, int64_t n, KvCache& cache, float* logits, bool all_logits);
+  // Runs one step. Checks everything first (ids in [0, V), KV blocks
+  // reserved, token total) and throws Error before changing any state; then
+  // appends each sequence's tokens to its KV and advances kv->length.
+  void step(std::span<const SeqStep> batch);
 
  private:
-  void forward_chunk(const int32_t* ids, int64_t n, KvCache& cache, float* logits, bool all_logits);
-  void attention_block(int64_t layer, int64_t n, KvCache& cache);
-  void mlp_block(int64_t layer, int64_t n);
+  void attention_block(int64_t layer, std::span<const SeqStep> batch, int64_t tokens);
+  void mlp_block(int64_t layer, int64_t tokens);
 
   const Model& model_;
   ThreadPool& pool_;
-  int64_t max_chunk_;
+  KvPool& kv_pool_;
+  int64_t max_step_tokens_;
   RopeTable rope_full_, rope_sliding_;
-  // Scratch, sized for max_chunk tokens.
-  std::vector<float> h_;     // [T, D] residual stream
-  std::vector<float> x_;     // [T, D] normed input of a block
-  std::vector<float> q_;     // [T, H·Dh]
-  std::vector<float> k_;     // [T, K·Dh]
-  std::vector<float> v_;     // [T, K·Dh]
-  std::vector<float> attn_;  // [T, H·Dh]
-  std::vector<float> out_;   // [T, D]
-  std::vector<float> gate_;  // [T, F]
-  std::vector<float> up_;    // [T, F]
+  // Scratch for max_step_tokens tokens (T).
+  std::vector<float> h_;           // [T, D] residual stream
+  std::vector<float> x_;           // [T, D] normed input of a block
+  std::vector<float> q_;           // [T, H·Dh]
+  std::vector<float> k_;           // [T, K·Dh]
+  std::vector<float> v_;           // [T, K·Dh]
+  std::vector<float> attn_;        // [T, H·Dh]
+  std::vector<float> out_;         // [T, D]
+  std::vector<float> gate_;        // [T, F]
+  std::vector<float> up_;          // [T, F]
+  std::vector<float> logit_rows_;  // [T, V] when several rows want logits
 };
+
+// A KV pool sized for one sequence of up to `capacity` positions.
+KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max_step_tokens);
+
+// Feeds n tokens of one sequence in steps of at most max_step_tokens,
+// reserving KV blocks and trimming sliding blocks as it goes; logits as in
+// SeqStep. Throws Error when the pool has no room.
+void run_sequence(Decoder& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,
+                  bool all_logits);
 
 }  // namespace tandem

@@ -130,22 +130,4 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
   return model;
 }
 
-KvCache::KvCache(const ModelSpec& spec, int64_t cap, int64_t max_chunk) : capacity(cap) {
-  layers.resize(size_t(spec.layers));
-  for (int64_t i = 0; i < spec.layers; ++i) {
-    Layer& l = layers[i];
-    l.slots = cap;
-    if (spec.layer_kinds[i] == AttentionKind::Sliding)
-      l.slots = std::min(cap, spec.sliding_window + max_chunk);
-    l.k.assign(size_t(l.slots * spec.kv_dim()), 0.0f);
-    l.v.assign(size_t(l.slots * spec.kv_dim()), 0.0f);
-  }
-}
-
-size_t KvCache::bytes() const {
-  size_t n = 0;
-  for (const Layer& l : layers) n += (l.k.size() + l.v.size()) * sizeof(float);
-  return n;
-}
-
 }  // namespace tandem

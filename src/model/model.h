@@ -127,22 +127,4 @@ struct Model {
 // expected and actual shape).
 std::unique_ptr<Model> load_model(const std::string& dir);
 
-// Per-sequence attention cache: K and V of every layer, f32.
-// Full layers keep every position up to `capacity`; sliding layers keep a ring
-// of `window + max_chunk` positions (enough for a chunk of new tokens to see
-// its whole window), slot = position % ring.
-struct KvCache {
-  struct Layer {
-    std::vector<float> k;  // [slots, K·Dh]
-    std::vector<float> v;  // [slots, K·Dh]
-    int64_t slots = 0;
-  };
-  std::vector<Layer> layers;  // [L]
-  int64_t capacity = 0;       // max positions this cache can hold
-  int64_t length = 0;         // positions written so far
-
-  KvCache(const ModelSpec& spec, int64_t capacity, int64_t max_chunk);
-  size_t bytes() const;
-};
-
 }  // namespace tandem

@@ -41,11 +41,16 @@ void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache,
-               int64_t pos0, int64_t n, const AttentionParams& p, float* out) {
+void attention(ThreadPool& pool, const float* q, int64_t pos0, int64_t n, const AttentionParams& p,
+               float* out) {
   const int64_t group = p.heads / p.kv_heads;
   const int64_t kv_dim = p.kv_heads * p.head_dim;
   const int64_t q_dim = p.heads * p.head_dim;
+  const int64_t block_floats = p.block_size * kv_dim;
+  auto row = [&](const float* base, int64_t pos) {
+    const int64_t b = p.blocks[pos / p.block_size - p.first_block];
+    return base + b * block_floats + (pos % p.block_size) * kv_dim;
+  };
   // One task per (token, head); each owns its row of the output.
   pool.parallel_for(n * p.heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
@@ -58,7 +63,7 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
       scores.resize(size_t(count));
       float max_score = -INFINITY;
       for (int64_t j = 0; j < count; ++j) {
-        const float* kj = k_cache + ((first + j) % p.slots) * kv_dim + kvh * p.head_dim;
+        const float* kj = row(p.k_base, first + j) + kvh * p.head_dim;
         float s = dot(qh, kj, p.head_dim) * p.scale;
         if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
         scores[j] = s;
@@ -73,7 +78,7 @@ void attention(ThreadPool& pool, const float* q, const float* k_cache, const flo
       std::fill(oh, oh + p.head_dim, 0.0f);
       const float inv_sum = 1.0f / sum;
       for (int64_t j = 0; j < count; ++j) {
-        const float* vj = v_cache + ((first + j) % p.slots) * kv_dim + kvh * p.head_dim;
+        const float* vj = row(p.v_base, first + j) + kvh * p.head_dim;
         axpy(scores[j] * inv_sum, vj, oh, p.head_dim);
       }
     }

@@ -29,14 +29,21 @@ struct AttentionParams {
   float scale = 1.0f;    // multiplies q·k
   float softcap = 0.0f;  // 0 = off
   int64_t window =
-      0;              // 0 = every earlier position; else the last `window` positions, self included
-  int64_t slots = 0;  // cache rows; position p lives in row p % slots
+      0;  // 0 = every earlier position; else the last `window` positions, self included
+  // Paged K/V: position p lives in row p % block_size of block
+  // blocks[p / block_size - first_block]; a block is [block_size, K·Dh] at
+  // k_base / v_base + block * block_size * K·Dh.
+  const float* k_base = nullptr;
+  const float* v_base = nullptr;
+  const int32_t* blocks = nullptr;
+  int64_t first_block = 0;
+  int64_t block_size = 0;
 };
 
-// Causal attention of n new tokens at positions pos0 .. pos0+n-1, whose keys
-// and values are already in the cache (rows [slots, K·Dh]).
-//   q:   [n, H·Dh]   out: [n, H·Dh]
-void attention(ThreadPool& pool, const float* q, const float* k_cache, const float* v_cache,
-               int64_t pos0, int64_t n, const AttentionParams& p, float* out);
+// Causal attention of n new tokens at positions pos0 .. pos0+n-1 of one
+// sequence, whose keys and values are already in its blocks.
+//   q: [n, H·Dh]   out: [n, H·Dh]
+void attention(ThreadPool& pool, const float* q, int64_t pos0, int64_t n, const AttentionParams& p,
+               float* out);
 
 }  // namespace tandem::cpu

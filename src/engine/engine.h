@@ -1,0 +1,140 @@
+// The serving engine: continuous batching over one model, every request
+// reaching a terminal state.
+//
+// Threads: submit() and RequestHandle methods are called from HTTP threads;
+// one engine thread runs steps; one watchdog thread watches them.
+//
+// Lifecycle of a request: queued -> prefill -> decode -> one terminal event
+// (finished | failed | cancelled | timed_out). Invariants (each has a test):
+//  - an exception escaping a step fails every request in that step with a
+//    sanitized error, frees their KV blocks and never retries that batch;
+//  - a step running longer than step_timeout fails its requests and marks the
+//    engine unhealthy (watchdog);
+//  - deadlines and cancellation end a request within one step;
+//  - KV exhaustion makes new work wait; it never aborts another request.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+
+namespace tandem {
+
+class TextStreamer;  // detokenizer + stop strings, provided by the text layer
+
+struct GenerationParams {
+  SamplingParams sampling;
+  int32_t max_tokens = 256;           // generated tokens at most
+  bool ignore_eos = false;
+  std::vector<std::string> stop;      // stop strings (need a streamer)
+  int32_t top_logprobs = -1;          // -1: no logprobs; 0..20: chosen token (+ top n)
+  double timeout_s = 0;               // 0: the engine's default
+};
+
+enum class FinishReason { None, Stop, Length, Error, Cancelled, Timeout };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "error", "cancelled", "timeout"
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
+// One event of a request's stream. Exactly one event has finish != None,
+// and it is the last.
+struct GenerationEvent {
+  std::vector<int32_t> ids;          // tokens generated since the last event
+  std::string text;                  // their text (empty without a streamer)
+  std::vector<TokenLogprob> logprobs;              // per id: the chosen token
+  std::vector<std::vector<TokenLogprob>> top;      // per id: the top alternatives
+  FinishReason finish = FinishReason::None;
+  std::string error;                 // finish == Error/Timeout: what to tell the client
+  int32_t prompt_tokens = 0;         // filled on the final event
+  int32_t completion_tokens = 0;     // filled on the final event
+};
+
+enum class RequestPhase { Queued, Prefill, Decode, Done };
+const char* request_phase_name(RequestPhase p);
+
+// The client side of one request. Thread-safe.
+class RequestHandle {
+ public:
+  explicit RequestHandle(std::string id) : id_(std::move(id)) {}
+  const std::string& id() const { return id_; }
+
+  // Blocks until an event is available or `timeout_s` passes (nullopt).
+  std::optional<GenerationEvent> next(double timeout_s);
+  // Asks the engine to stop this request; it ends within one step with
+  // FinishReason::Cancelled.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+  // Engine side.
+  void push(GenerationEvent e);
+
+ private:
+  std::string id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Rejected at submit time, before any work: the HTTP layer maps `status`
+// (400 for a prompt that can never fit, 503 when the server is full) to its
+// response.
+struct AdmissionError : std::runtime_error {
+  AdmissionError(int status, std::string param, const std::string& msg)
+      : std::runtime_error(msg), status(status), param(std::move(param)) {}
+  int status;
+  std::string param;
+};
+
+struct EngineConfig {
+  int threads = 0;                 // CPU threads for kernels (0 = all cores)
+  int max_concurrent = 32;         // running + waiting requests; more -> 503
+  int64_t max_context = 0;         // positions per sequence (0 = model max, capped at 32768)
+  size_t kv_memory = 0;            // KV cache bytes (0 = enough for max_concurrent x 4096 tokens, capped)
+  int64_t step_token_budget = 256; // tokens per step (decode tokens + prefill chunks)
+  double default_timeout_s = 600;  // per-request deadline unless the request sets one
+  double step_timeout_s = 60;      // watchdog: a step longer than this fails its requests
+};
+
+struct EngineStatus {
+  bool healthy = true;
+  bool watchdog_fired = false;
+  std::string last_error;
+  double uptime_s = 0;
+  uint64_t steps_executed = 0;
+  int num_running = 0;
+  int num_waiting = 0;
+  uint64_t total_requests_processed = 0;
+  uint64_t total_requests_failed = 0;
+  uint64_t total_requests_cancelled = 0;
+  uint64_t total_prompt_tokens = 0;
+  uint64_t total_completion_tokens = 0;
+  double generation_tps = 0;  // over the last few seconds
+  double prompt_tps = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_total = 0;
+  struct Request {
+    std::string id;
+    RequestPhase phase;
+    int32_t prompt_tokens;
+    int32_t completion_tokens;
+    double elapsed_s;
+  };
+  std::vector<Request> requests;
+};
+
+}  // namespace tandem

@@ -1,0 +1,109 @@
+#include "model/kv_pool.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+bool has_kind(const ModelSpec& spec, AttentionKind kind) {
+  return std::find(spec.layer_kinds.begin(), spec.layer_kinds.end(), kind) !=
+         spec.layer_kinds.end();
+}
+
+int64_t blocks_for(int64_t positions) {
+  return (positions + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
+}
+
+}  // namespace
+
+KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks)
+    : kv_dim_(spec.kv_dim()) {
+  const int64_t counts[2] = {has_kind(spec, AttentionKind::Full) ? full_blocks : 0,
+                             has_kind(spec, AttentionKind::Sliding) ? sliding_blocks : 0};
+  for (int k = 0; k < 2; ++k) {
+    if (counts[k] < 0 || counts[k] > INT32_MAX)
+      fail("kv pool: invalid block count %lld", (long long)counts[k]);
+    kinds_[k].total = size_t(counts[k]);
+    kinds_[k].free.resize(size_t(counts[k]));
+    // LIFO: hand out low ids first.
+    for (int64_t i = 0; i < counts[k]; ++i) kinds_[k].free[size_t(i)] = int32_t(counts[k] - 1 - i);
+  }
+  layers_.resize(size_t(spec.layers));
+  for (int64_t l = 0; l < spec.layers; ++l) {
+    Layer& layer = layers_[size_t(l)];
+    layer.kind = spec.layer_kinds[size_t(l)];
+    const size_t n = kinds_[int(layer.kind)].total * size_t(kBlockSize * kv_dim_);
+    layer.k.assign(n, 0.0f);
+    layer.v.assign(n, 0.0f);
+  }
+}
+
+int64_t KvPool::sliding_blocks_per_sequence(const ModelSpec& spec, int64_t max_step_tokens) {
+  // Keys [first query - W + 1, last query] span W + step - 1 positions, which
+  // can straddle one more block boundary than their length needs.
+  return blocks_for(spec.sliding_window + max_step_tokens - 1) + 1;
+}
+
+size_t KvPool::block_bytes(const ModelSpec& spec, AttentionKind kind) {
+  const size_t layers = size_t(std::count(spec.layer_kinds.begin(), spec.layer_kinds.end(), kind));
+  return layers * 2 * size_t(kBlockSize * spec.kv_dim()) * sizeof(float);
+}
+
+int32_t KvPool::allocate(AttentionKind kind) {
+  auto& free = kinds_[int(kind)].free;
+  if (free.empty()) return -1;
+  int32_t b = free.back();
+  free.pop_back();
+  return b;
+}
+
+void KvPool::release(AttentionKind kind, int32_t block) {
+  kinds_[int(kind)].free.push_back(block);
+}
+
+size_t KvPool::bytes() const {
+  size_t n = 0;
+  for (const Layer& l : layers_) n += (l.k.size() + l.v.size()) * sizeof(float);
+  return n;
+}
+
+bool kv_reserve(KvPool& pool, const ModelSpec& spec, SequenceKv& seq, int64_t new_length) {
+  const int64_t want = blocks_for(new_length);
+  const bool has_full = has_kind(spec, AttentionKind::Full);
+  const bool has_sliding = has_kind(spec, AttentionKind::Sliding);
+  const int64_t need_full = has_full ? std::max<int64_t>(0, want - int64_t(seq.full.size())) : 0;
+  const int64_t need_sliding =
+      has_sliding ? std::max<int64_t>(0, want - seq.sliding_first - int64_t(seq.sliding.size()))
+                  : 0;
+  if (need_full > pool.free_count(AttentionKind::Full) ||
+      need_sliding > pool.free_count(AttentionKind::Sliding))
+    return false;
+  for (int64_t i = 0; i < need_full; ++i) seq.full.push_back(pool.allocate(AttentionKind::Full));
+  for (int64_t i = 0; i < need_sliding; ++i)
+    seq.sliding.push_back(pool.allocate(AttentionKind::Sliding));
+  return true;
+}
+
+void kv_trim_sliding(KvPool& pool, const ModelSpec& spec, SequenceKv& seq) {
+  if (spec.sliding_window <= 0 || seq.sliding.empty()) return;
+  // The next query (position seq.length) sees keys from seq.length - W + 1.
+  const int64_t first_visible = std::max<int64_t>(0, seq.length - spec.sliding_window + 1);
+  const int64_t first_block = first_visible / KvPool::kBlockSize;
+  int64_t drop = std::min<int64_t>(first_block - seq.sliding_first, int64_t(seq.sliding.size()));
+  for (int64_t i = 0; i < drop; ++i) pool.release(AttentionKind::Sliding, seq.sliding[size_t(i)]);
+  if (drop > 0) {
+    seq.sliding.erase(seq.sliding.begin(), seq.sliding.begin() + drop);
+    seq.sliding_first += drop;
+  }
+}
+
+void kv_release(KvPool& pool, SequenceKv& seq) {
+  for (int32_t b : seq.full) pool.release(AttentionKind::Full, b);
+  for (int32_t b : seq.sliding) pool.release(AttentionKind::Sliding, b);
+  seq = SequenceKv{};
+}
+
+}  // namespace tandem

@@ -1,0 +1,88 @@
+// Paged KV cache: fixed-size blocks from a pool, shared by all sequences.
+//
+// Each attention kind (full, sliding) has its own block pool: full layers
+// keep every position of a sequence, sliding layers only the blocks that a
+// future query can still see. A block holds kBlockSize positions of K and V
+// for every layer of its kind. A sequence's SequenceKv maps its positions to
+// blocks (a block table per kind).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace tandem {
+
+class KvPool {
+ public:
+  static constexpr int64_t kBlockSize = 16;
+
+  // `blocks[k]` blocks for attention kind k (indexed by AttentionKind).
+  KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks);
+
+  // Sliding blocks one sequence can hold at once when steps add at most
+  // `max_step_tokens` tokens: the window, the step, and block rounding.
+  static int64_t sliding_blocks_per_sequence(const ModelSpec& spec, int64_t max_step_tokens);
+  // Bytes of one block of a kind (all layers of that kind, K and V).
+  static size_t block_bytes(const ModelSpec& spec, AttentionKind kind);
+
+  int64_t total(AttentionKind kind) const { return int64_t(kinds_[int(kind)].total); }
+  int64_t free_count(AttentionKind kind) const { return int64_t(kinds_[int(kind)].free.size()); }
+  // A block id, or -1 when the kind's pool is empty.
+  int32_t allocate(AttentionKind kind);
+  void release(AttentionKind kind, int32_t block);
+  size_t bytes() const;
+
+  // K / V rows of `block` in `layer`: [kBlockSize, K·Dh] f32.
+  float* keys(int64_t layer, int32_t block) {
+    return layers_[layer].k.data() + offset(layer, block);
+  }
+  float* values(int64_t layer, int32_t block) {
+    return layers_[layer].v.data() + offset(layer, block);
+  }
+  const float* keys(int64_t layer) const { return layers_[layer].k.data(); }
+  const float* values(int64_t layer) const { return layers_[layer].v.data(); }
+  AttentionKind kind_of(int64_t layer) const { return layers_[layer].kind; }
+
+ private:
+  size_t offset(int64_t layer, int32_t block) const {
+    return size_t(block) * size_t(kBlockSize * kv_dim_);
+  }
+
+  struct Kind {
+    size_t total = 0;
+    std::vector<int32_t> free;  // LIFO free list
+  };
+  struct Layer {
+    AttentionKind kind;
+    std::vector<float> k, v;  // [blocks of kind, kBlockSize, K·Dh]
+  };
+  int64_t kv_dim_;
+  Kind kinds_[2];
+  std::vector<Layer> layers_;
+};
+
+// Where one sequence's keys and values live.
+struct SequenceKv {
+  int64_t length = 0;            // positions written
+  std::vector<int32_t> full;     // full[i] holds positions [i·B, (i+1)·B)
+  std::vector<int32_t> sliding;  // sliding[i] holds positions [(sliding_first + i)·B, ...)
+  int64_t sliding_first = 0;     // block index (in positions / B) of sliding[0]
+
+  // The block holding `pos` for a layer of `kind`.
+  int32_t block_of(AttentionKind kind, int64_t pos) const {
+    const int64_t b = pos / KvPool::kBlockSize;
+    return kind == AttentionKind::Full ? full[size_t(b)] : sliding[size_t(b - sliding_first)];
+  }
+};
+
+// Makes room for positions [seq.length, new_length). All or nothing: returns
+// false and changes nothing when a pool lacks blocks.
+bool kv_reserve(KvPool& pool, const ModelSpec& spec, SequenceKv& seq, int64_t new_length);
+// Releases sliding blocks that no query at position >= seq.length can see.
+void kv_trim_sliding(KvPool& pool, const ModelSpec& spec, SequenceKv& seq);
+// Returns every block of the sequence to the pool and resets it.
+void kv_release(KvPool& pool, SequenceKv& seq);
+
+}  // namespace tandem
