@@ -46,7 +46,7 @@ int run_generate(const RunOptions& o) {
   Decoder decoder(*model, pool, kv_pool);
   SequenceKv kv;
   std::vector<float> logits(size_t(model->spec.vocab));
-  Sampler sampler(SamplingParams{o.temperature, 0, 1.0f, o.seed});
+  Sampler sampler(SamplingParams{.temperature = o.temperature, .seed = o.seed});
 
   const double t0 = now_seconds();
   run_sequence(decoder, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false);

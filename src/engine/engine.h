@@ -27,23 +27,23 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/text_streamer.h"
 #include "model/model.h"
 
 namespace tandem {
 
-class TextStreamer;  // detokenizer + stop strings, provided by the text layer
-
 struct GenerationParams {
   SamplingParams sampling;
-  int32_t max_tokens = 256;           // generated tokens at most
+  int32_t max_tokens = 256;  // generated tokens at most
   bool ignore_eos = false;
-  std::vector<std::string> stop;      // stop strings (need a streamer)
-  int32_t top_logprobs = -1;          // -1: no logprobs; 0..20: chosen token (+ top n)
-  double timeout_s = 0;               // 0: the engine's default
+  std::vector<std::string> stop;  // stop strings (need a streamer)
+  int32_t top_logprobs = -1;      // -1: no logprobs; 0..20: chosen token (+ top n)
+  double timeout_s = 0;           // 0: the engine's default
 };
 
 enum class FinishReason { None, Stop, Length, Error, Cancelled, Timeout };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "error", "cancelled", "timeout"
+const char* finish_reason_name(
+    FinishReason r);  // "stop", "length", "error", "cancelled", "timeout"
 
 struct TokenLogprob {
   int32_t id = 0;
@@ -53,14 +53,14 @@ struct TokenLogprob {
 // One event of a request's stream. Exactly one event has finish != None,
 // and it is the last.
 struct GenerationEvent {
-  std::vector<int32_t> ids;          // tokens generated since the last event
-  std::string text;                  // their text (empty without a streamer)
-  std::vector<TokenLogprob> logprobs;              // per id: the chosen token
-  std::vector<std::vector<TokenLogprob>> top;      // per id: the top alternatives
+  std::vector<int32_t> ids;                    // tokens generated since the last event
+  std::string text;                            // their text (empty without a streamer)
+  std::vector<TokenLogprob> logprobs;          // per id: the chosen token
+  std::vector<std::vector<TokenLogprob>> top;  // per id: the top alternatives
   FinishReason finish = FinishReason::None;
-  std::string error;                 // finish == Error/Timeout: what to tell the client
-  int32_t prompt_tokens = 0;         // filled on the final event
-  int32_t completion_tokens = 0;     // filled on the final event
+  std::string error;              // finish == Error/Timeout: what to tell the client
+  int32_t prompt_tokens = 0;      // filled on the final event
+  int32_t completion_tokens = 0;  // filled on the final event
 };
 
 enum class RequestPhase { Queued, Prefill, Decode, Done };
@@ -78,9 +78,15 @@ class RequestHandle {
   // FinishReason::Cancelled.
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
+  bool finished() const { return finished_.load(); }
 
-  // Engine side.
+  // Engine side: push() adds a non-final event unless the request already
+  // finished; finish() adds the final event, once (later calls are ignored
+  // and return false). `before_visible` runs only for the call that wins,
+  // before the event can be seen, so counters are current when a client
+  // sees the end.
   void push(GenerationEvent e);
+  bool finish(GenerationEvent e, const std::function<void()>& before_visible = {});
 
  private:
   std::string id_;
@@ -88,6 +94,7 @@ class RequestHandle {
   std::condition_variable cv_;
   std::deque<GenerationEvent> events_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> finished_{false};
 };
 
 // Rejected at submit time, before any work: the HTTP layer maps `status`
@@ -101,13 +108,13 @@ struct AdmissionError : std::runtime_error {
 };
 
 struct EngineConfig {
-  int threads = 0;                 // CPU threads for kernels (0 = all cores)
-  int max_concurrent = 32;         // running + waiting requests; more -> 503
-  int64_t max_context = 0;         // positions per sequence (0 = model max, capped at 32768)
-  size_t kv_memory = 0;            // KV cache bytes (0 = enough for max_concurrent x 4096 tokens, capped)
-  int64_t step_token_budget = 256; // tokens per step (decode tokens + prefill chunks)
-  double default_timeout_s = 600;  // per-request deadline unless the request sets one
-  double step_timeout_s = 60;      // watchdog: a step longer than this fails its requests
+  int threads = 0;          // CPU threads for kernels (0 = all cores)
+  int max_concurrent = 32;  // running + waiting requests; more -> 503
+  int64_t max_context = 0;  // positions per sequence (0 = model max, capped at 32768)
+  size_t kv_memory = 0;     // KV cache bytes (0 = enough for max_concurrent x 4096 tokens, capped)
+  int64_t step_token_budget = 256;  // tokens per step (decode tokens + prefill chunks)
+  double default_timeout_s = 600;   // per-request deadline unless the request sets one
+  double step_timeout_s = 60;       // watchdog: a step longer than this fails its requests
 };
 
 struct EngineStatus {
@@ -135,6 +142,36 @@ struct EngineStatus {
     double elapsed_s;
   };
   std::vector<Request> requests;
+};
+
+class Engine {
+ public:
+  // Starts the engine and watchdog threads. `streamer` (optional) turns ids
+  // into text; without it events carry ids only and stop strings are refused.
+  Engine(const Model& model, const EngineConfig& config, const TextStreamer* streamer = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws AdmissionError (before any work) for an empty or
+  // too-long prompt (400), ids outside the vocabulary (400), stop strings
+  // without a streamer (400), a full server or one shutting down or stalled
+  // (503).
+  std::shared_ptr<RequestHandle> submit(std::vector<int32_t> prompt,
+                                        const GenerationParams& params);
+
+  // Stops accepting, lets running requests finish for up to `grace_s`, fails
+  // the rest, and stops the threads. Idempotent.
+  void shutdown(double grace_s);
+
+  EngineStatus status() const;
+  const ModelSpec& spec() const;
+  int64_t max_context() const;
+  bool has_streamer() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace tandem

@@ -1,34 +1,55 @@
 // Token sampling from one row of logits.
-// Contract: temperature 0 is greedy (argmax, lowest id on ties); otherwise
-// logits / temperature, then top-k, then top-p (nucleus) over the remaining
-// probabilities, then one draw from a generator seeded by `seed`, so the same
-// seed and logits give the same token.
+//
+// Contract, in order: penalties adjust the logits (repetition_penalty the
+// Hugging Face way over prompt and output: positive logits divided, negative
+// multiplied; presence and frequency penalties the OpenAI way over the
+// output only); temperature 0 then means greedy (argmax, lowest id on ties);
+// otherwise logits / temperature, top-k, top-p (nucleus), min-p (drop tokens
+// whose probability is below min_p x the top one), and one draw from a
+// generator seeded by `seed`: the same seed and inputs give the same token.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace tandem {
 
 struct SamplingParams {
   float temperature = 0.0f;
-  int32_t top_k = 0;   // 0 = off
-  float top_p = 1.0f;  // 1 = off
+  int32_t top_k = 0;                // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
 };
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  int32_t sample(const float* logits, int64_t vocab);
+
+  // `prompt` and `output` are the sequence so far (for penalties); `logits`
+  // may be modified in place by the penalties.
+  int32_t sample(float* logits, int64_t vocab, std::span<const int32_t> prompt = {},
+                 std::span<const int32_t> output = {});
 
  private:
+  void apply_penalties(float* logits, int64_t vocab, std::span<const int32_t> prompt,
+                       std::span<const int32_t> output);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::unordered_map<int32_t, int32_t> counts_;
 };
 
 int32_t argmax(const float* x, int64_t n);
+
+// log_softmax of one row, in double for accuracy, written as float.
+void log_softmax(const float* logits, int64_t n, std::vector<float>& out);
 
 }  // namespace tandem

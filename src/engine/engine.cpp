@@ -1,0 +1,624 @@
+// The engine loop: admission, scheduling under a token budget, one batched
+// decoder step, sampling, and terminal states — plus the watchdog.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/fault.h"
+#include "engine/stop_matcher.h"
+#include "model/decoder.h"
+#include "model/kv_pool.h"
+
+namespace tandem {
+
+namespace {
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+constexpr size_t kDefaultKvBytes = size_t(2) << 30;
+constexpr int64_t kDefaultContextCap = 32768;
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None: return "";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Error: return "error";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Timeout: return "timeout";
+  }
+  return "";
+}
+
+const char* request_phase_name(RequestPhase p) {
+  switch (p) {
+    case RequestPhase::Queued: return "queued";
+    case RequestPhase::Prefill: return "prefill";
+    case RequestPhase::Decode: return "decode";
+    case RequestPhase::Done: return "done";
+  }
+  return "";
+}
+
+std::optional<GenerationEvent> RequestHandle::next(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                    [&] { return !events_.empty(); }))
+    return std::nullopt;
+  GenerationEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+void RequestHandle::push(GenerationEvent e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_.load()) return;
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+bool RequestHandle::finish(GenerationEvent e, const std::function<void()>& before_visible) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_.exchange(true)) return false;
+    if (before_visible) before_visible();
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+// One request inside the engine; owned by the engine thread.
+struct Sequence {
+  std::shared_ptr<RequestHandle> handle;
+  std::vector<int32_t> tokens;  // prompt followed by the generated ids
+  int32_t prompt_len = 0;
+  GenerationParams params;
+  Sampler sampler;
+  SequenceKv kv;
+  double start = 0, deadline = 0;
+  uint64_t index = 0;  // 1-based arrival number (fault injection)
+  std::unique_ptr<TextStream> text;
+  std::unique_ptr<StopMatcher> stop;
+  std::vector<float> logits;  // [V], valid after a step that fed its last token
+
+  Sequence(const GenerationParams& p) : params(p), sampler(p.sampling) {}
+  int32_t generated() const { return int32_t(tokens.size()) - prompt_len; }
+  int64_t pending() const { return int64_t(tokens.size()) - kv.length; }
+  RequestPhase phase() const {
+    if (kv.length == 0 && generated() == 0) return RequestPhase::Queued;
+    return kv.length < prompt_len ? RequestPhase::Prefill : RequestPhase::Decode;
+  }
+};
+
+struct Engine::Impl {
+  const Model& model;
+  EngineConfig config;
+  const TextStreamer* streamer;
+  FaultPlan faults;
+  ThreadPool pool;
+  std::unique_ptr<KvPool> kv_pool;
+  std::unique_ptr<Decoder> decoder;
+  int64_t max_context = 0;
+  double started = now_s();
+
+  // Shared with submitters and the watchdog.
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::unique_ptr<Sequence>> incoming;
+  int active_count = 0;  // incoming + active, for admission
+  bool accepting = true;
+  bool stopping = false;
+  double stop_deadline = 0;
+  uint64_t arrivals = 0;
+  uint64_t next_id = 0;
+  EngineStatus snapshot;  // refreshed by the engine thread each step
+
+  // Watchdog view of the step in flight.
+  std::mutex step_mu;
+  bool in_step = false;
+  bool step_abandoned = false;
+  double step_start = 0;
+  std::vector<std::shared_ptr<RequestHandle>> step_handles;
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Sequence>> active;
+  uint64_t steps = 0;
+  std::deque<std::pair<double, int64_t>> gen_window, prompt_window;
+
+  std::thread engine_thread, watchdog_thread;
+  std::atomic<bool> threads_stop{false};
+
+  Impl(const Model& m, const EngineConfig& c, const TextStreamer* s)
+      : model(m), config(c), streamer(s), faults(FaultPlan::from_env()), pool(c.threads) {
+    const ModelSpec& spec = m.spec;
+    config.max_concurrent = std::max(1, config.max_concurrent);
+    config.step_token_budget = std::max<int64_t>(config.step_token_budget, config.max_concurrent);
+    int64_t ctx = config.max_context > 0 ? config.max_context
+                                         : std::min(spec.max_position, kDefaultContextCap);
+    const bool has_sliding =
+        std::count(spec.layer_kinds.begin(), spec.layer_kinds.end(), AttentionKind::Sliding) > 0;
+    const bool has_full =
+        std::count(spec.layer_kinds.begin(), spec.layer_kinds.end(), AttentionKind::Full) > 0;
+    const int64_t sliding_blocks =
+        has_sliding ? config.max_concurrent *
+                          KvPool::sliding_blocks_per_sequence(spec, config.step_token_budget)
+                    : 0;
+    const size_t sliding_bytes =
+        size_t(sliding_blocks) * KvPool::block_bytes(spec, AttentionKind::Sliding);
+    size_t budget = config.kv_memory;
+    const int64_t ctx_blocks = (ctx + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
+    const size_t full_block = KvPool::block_bytes(spec, AttentionKind::Full);
+    if (budget == 0)
+      budget = std::min(kDefaultKvBytes,
+                        sliding_bytes + size_t(config.max_concurrent * ctx_blocks) * full_block);
+    int64_t full_blocks = 0;
+    if (has_full) {
+      if (budget <= sliding_bytes)
+        fail(
+            "--kv-memory %.1f MB is too small: the sliding-window layers alone need %.1f MB for %d "
+            "sequences",
+            budget / 1e6, sliding_bytes / 1e6, config.max_concurrent);
+      full_blocks = int64_t((budget - sliding_bytes) / full_block);
+      if (full_blocks < 1)
+        fail("--kv-memory %.1f MB holds no KV block (one is %.1f MB)", budget / 1e6,
+             full_block / 1e6);
+      ctx = std::min(ctx, full_blocks * KvPool::kBlockSize);  // one sequence must always fit
+    }
+    max_context = ctx;
+    kv_pool = std::make_unique<KvPool>(spec, full_blocks, sliding_blocks);
+    decoder = std::make_unique<Decoder>(m, pool, *kv_pool, config.step_token_budget);
+    snapshot.kv_blocks_total =
+        kv_pool->total(AttentionKind::Full) + kv_pool->total(AttentionKind::Sliding);
+    engine_thread = std::thread([this] { loop(); });
+    watchdog_thread = std::thread([this] { watchdog(); });
+  }
+
+  // ---- requests reaching terminal states ----
+
+  void finish(Sequence& seq, FinishReason reason, const std::string& error = {}) {
+    GenerationEvent e;
+    if (reason == FinishReason::Stop || reason == FinishReason::Length) {
+      // Text still held back by the detokenizer or the stop matcher.
+      std::string tail = seq.text ? seq.text->flush() : std::string();
+      if (seq.stop) tail = seq.stop->push(tail) + seq.stop->flush();
+      e.text = std::move(tail);
+    }
+    e.finish = reason;
+    e.error = error;
+    e.prompt_tokens = seq.prompt_len;
+    e.completion_tokens = seq.generated();
+    kv_release(*kv_pool, seq.kv);
+    const int64_t used = blocks_used();
+    // Lock order everywhere: handle, then `mu`.
+    seq.handle->finish(std::move(e), [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      count_finish(reason, error);
+      snapshot.kv_blocks_used = used;
+    });
+  }
+
+  // Called with `mu` held.
+  void count_finish(FinishReason reason, const std::string& error) {
+    snapshot.total_requests_processed++;
+    if (reason == FinishReason::Error || reason == FinishReason::Timeout)
+      snapshot.total_requests_failed++;
+    if (reason == FinishReason::Cancelled) snapshot.total_requests_cancelled++;
+    if (reason == FinishReason::Error) snapshot.last_error = error;
+  }
+
+  int64_t blocks_used() const {
+    return kv_pool->total(AttentionKind::Full) - kv_pool->free_count(AttentionKind::Full) +
+           kv_pool->total(AttentionKind::Sliding) - kv_pool->free_count(AttentionKind::Sliding);
+  }
+
+  // Removes finished sequences from `active`.
+  void reap() {
+    std::erase_if(active, [](const std::unique_ptr<Sequence>& s) { return s->handle->finished(); });
+  }
+
+  // ---- the loop ----
+
+  void loop() {
+    while (!threads_stop.load()) {
+      take_incoming();
+      const double now = now_s();
+      for (auto& seq : active) {
+        if (seq->handle->cancelled())
+          finish(*seq, FinishReason::Cancelled);
+        else if (now > seq->deadline)
+          finish(*seq, FinishReason::Timeout, "the request exceeded its timeout");
+      }
+      bool grace_over;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        grace_over = stopping && now > stop_deadline;
+      }
+      if (grace_over)
+        for (auto& seq : active) finish(*seq, FinishReason::Error, "the server is shutting down");
+      reap();
+      publish();
+      if (active.empty()) {
+        std::unique_lock<std::mutex> lock(mu);
+        if (stopping && incoming.empty()) break;
+        wake.wait_for(lock, std::chrono::milliseconds(50),
+                      [&] { return !incoming.empty() || threads_stop.load(); });
+        continue;
+      }
+      auto batch = schedule();
+      if (batch.empty()) {
+        if (!preempt_newest()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      run_step(batch);
+      reap();
+    }
+    // Whatever is left when the loop stops still gets its terminal event.
+    take_incoming();
+    for (auto& seq : active) finish(*seq, FinishReason::Error, "the server is shutting down");
+    active.clear();
+    publish();
+  }
+
+  void take_incoming() {
+    std::lock_guard<std::mutex> lock(mu);
+    while (!incoming.empty()) {
+      active.push_back(std::move(incoming.front()));
+      incoming.pop_front();
+    }
+  }
+
+  // Decode tokens first (one per sequence), then prefill chunks, oldest
+  // first, within the token budget and the KV blocks available. Returns each
+  // chosen sequence with the number of tokens it feeds (blocks reserved).
+  std::vector<std::pair<Sequence*, int64_t>> schedule() {
+    std::vector<std::pair<Sequence*, int64_t>> batch;
+    int64_t budget = config.step_token_budget;
+    for (int pass = 0; pass < 2; ++pass)
+      for (auto& seq : active) {
+        const int64_t pending = seq->pending();
+        if (seq->handle->finished() || pending <= 0 || (pass == 0) != (pending == 1)) continue;
+        const int64_t n = std::min(pending, budget);
+        if (n <= 0) continue;
+        if (faults.kv_exhaust && seq->index == faults.kv_exhaust && seq->kv.length == 0) {
+          faults.kv_exhaust = 0;  // fails once: the request must wait, then proceed
+          continue;
+        }
+        if (!kv_reserve(*kv_pool, model.spec, seq->kv, seq->kv.length + n)) continue;
+        budget -= n;
+        batch.emplace_back(seq.get(), n);
+      }
+    return batch;
+  }
+
+  // Nothing could be scheduled: free the KV of the newest sequence holding
+  // some, so older ones can grow; it recomputes its context later.
+  bool preempt_newest() {
+    for (auto it = active.rbegin(); it != active.rend(); ++it)
+      if ((*it)->kv.length > 0 || !(*it)->kv.full.empty() || !(*it)->kv.sliding.empty()) {
+        kv_release(*kv_pool, (*it)->kv);
+        return true;
+      }
+    return false;
+  }
+
+  void run_step(const std::vector<std::pair<Sequence*, int64_t>>& plan) {
+    const ModelSpec& spec = model.spec;
+    std::vector<Sequence*> batch;
+    std::vector<SeqStep> steps_in;
+    int64_t prompt_tokens = 0;
+    for (auto [seq, n] : plan) {
+      const bool last = seq->kv.length + n == int64_t(seq->tokens.size());
+      seq->logits.resize(size_t(spec.vocab));
+      steps_in.push_back({seq->tokens.data() + seq->kv.length, n, &seq->kv,
+                          last ? seq->logits.data() : nullptr, false});
+      if (seq->kv.length < seq->prompt_len)
+        prompt_tokens += std::min<int64_t>(n, seq->prompt_len - seq->kv.length);
+      batch.push_back(seq);
+    }
+    {
+      std::lock_guard<std::mutex> lock(step_mu);
+      in_step = true;
+      step_abandoned = false;
+      step_start = now_s();
+      step_handles.clear();
+      for (Sequence* seq : batch) step_handles.push_back(seq->handle);
+    }
+    const uint64_t step_no = ++steps;
+    std::string error;
+    try {
+      if (faults.step_throw == step_no) throw std::runtime_error("injected fault: step-throw");
+      if (faults.step_stall == step_no) stall();
+      decoder->step(steps_in);
+      if (faults.nan_logits == step_no)
+        for (Sequence* seq : batch) std::fill(seq->logits.begin(), seq->logits.end(), NAN);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    bool abandoned;
+    {
+      std::lock_guard<std::mutex> lock(step_mu);
+      in_step = false;
+      abandoned = step_abandoned;
+      step_handles.clear();
+    }
+    if (abandoned) {  // the watchdog already failed these requests
+      for (Sequence* seq : batch)
+        finish(*seq, FinishReason::Error, "the engine stalled (watchdog)");
+      return;
+    }
+    if (!error.empty()) {
+      // Never retried: the batch is poisoned. The client sees a sanitized
+      // message; the log keeps the detail.
+      std::fprintf(stderr, "error: step %llu failed: %s; failing its %zu requests\n",
+                   (unsigned long long)step_no, error.c_str(), batch.size());
+      for (Sequence* seq : batch)
+        finish(*seq, FinishReason::Error, "internal error while running the model");
+      return;
+    }
+    int64_t generated = 0;
+    for (Sequence* seq : batch) {
+      kv_trim_sliding(*kv_pool, spec, seq->kv);
+      if (seq->pending() == 0) generated += sample_next(*seq);
+    }
+    const double now = now_s();
+    gen_window.emplace_back(now, generated);
+    prompt_window.emplace_back(now, prompt_tokens);
+    std::lock_guard<std::mutex> lock(mu);
+    snapshot.total_prompt_tokens += uint64_t(prompt_tokens);
+    snapshot.total_completion_tokens += uint64_t(generated);
+  }
+
+  void stall() {
+    // Blocks until the watchdog fires (or shutdown), as a hung kernel would.
+    while (!threads_stop.load()) {
+      {
+        std::lock_guard<std::mutex> lock(step_mu);
+        if (step_abandoned) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  // Samples the next token of a sequence whose logits are fresh; returns 1 if
+  // a token was added.
+  int64_t sample_next(Sequence& seq) {
+    const ModelSpec& spec = model.spec;
+    float* logits = seq.logits.data();
+    for (int64_t i = 0; i < spec.vocab; ++i)
+      if (std::isnan(logits[i])) {
+        finish(seq, FinishReason::Error, "the model produced NaN logits");
+        return 0;
+      }
+    GenerationEvent e;
+    std::vector<float> logprobs;
+    if (seq.params.top_logprobs >= 0) log_softmax(logits, spec.vocab, logprobs);
+    std::span<const int32_t> prompt(seq.tokens.data(), size_t(seq.prompt_len));
+    std::span<const int32_t> output(seq.tokens.data() + seq.prompt_len, size_t(seq.generated()));
+    const int32_t id = seq.sampler.sample(logits, spec.vocab, prompt, output);
+    const bool eos = std::find(spec.eos_ids.begin(), spec.eos_ids.end(), id) != spec.eos_ids.end();
+    if (eos && !seq.params.ignore_eos) {
+      finish(seq, FinishReason::Stop);
+      return 0;
+    }
+    seq.tokens.push_back(id);
+    e.ids.push_back(id);
+    if (!logprobs.empty()) {
+      e.logprobs.push_back({id, logprobs[size_t(id)]});
+      std::vector<TokenLogprob> top;
+      const int32_t k = std::min<int32_t>(seq.params.top_logprobs, int32_t(spec.vocab));
+      std::vector<int32_t> order(size_t(spec.vocab));
+      for (int32_t i = 0; i < int32_t(spec.vocab); ++i) order[size_t(i)] = i;
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+        return logprobs[size_t(a)] > logprobs[size_t(b)];
+      });
+      for (int32_t i = 0; i < k; ++i)
+        top.push_back({order[size_t(i)], logprobs[size_t(order[size_t(i)])]});
+      e.top.push_back(std::move(top));
+    }
+    if (seq.text) {
+      e.text = seq.text->push(id);
+      if (seq.stop) e.text = seq.stop->push(e.text);
+    }
+    seq.handle->push(std::move(e));
+    if (seq.stop && seq.stop->stopped())
+      finish(seq, FinishReason::Stop);
+    else if (seq.generated() >= seq.params.max_tokens || int64_t(seq.tokens.size()) >= max_context)
+      finish(seq, FinishReason::Length);
+    return 1;
+  }
+
+  // ---- watchdog ----
+
+  void watchdog() {
+    while (!threads_stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::vector<std::shared_ptr<RequestHandle>> victims;
+      {
+        std::lock_guard<std::mutex> lock(step_mu);
+        if (!in_step || step_abandoned || now_s() - step_start < config.step_timeout_s) continue;
+        step_abandoned = true;
+        victims = step_handles;
+      }
+      const std::string msg = strprintf(
+          "the model step made no progress for %.0f s; the request was failed by the watchdog",
+          config.step_timeout_s);
+      std::fprintf(stderr, "error: watchdog: %s (%zu requests)\n", msg.c_str(), victims.size());
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        snapshot.watchdog_fired = true;
+        snapshot.last_error = msg;
+      }
+      for (auto& h : victims) {
+        GenerationEvent e;
+        e.finish = FinishReason::Error;
+        e.error = msg;
+        h->finish(std::move(e), [&] {
+          std::lock_guard<std::mutex> lock(mu);
+          count_finish(FinishReason::Error, msg);
+        });
+      }
+    }
+  }
+
+  // ---- status ----
+
+  void publish() {
+    const double now = now_s();
+    auto rate = [&](std::deque<std::pair<double, int64_t>>& w) {
+      while (!w.empty() && now - w.front().first > 10.0) w.pop_front();
+      if (w.empty()) return 0.0;
+      int64_t sum = 0;
+      for (auto& [t, n] : w) sum += n;
+      return double(sum) / std::max(1.0, now - w.front().first);
+    };
+    std::vector<EngineStatus::Request> reqs;
+    int running = 0, waiting = 0;
+    for (auto& seq : active) {
+      RequestPhase p = seq->phase();
+      (p == RequestPhase::Queued ? waiting : running)++;
+      reqs.push_back({seq->handle->id(), p, seq->prompt_len, seq->generated(), now - seq->start});
+    }
+    const int64_t used = blocks_used();
+    std::lock_guard<std::mutex> lock(mu);
+    snapshot.steps_executed = steps;
+    snapshot.num_running = running;
+    snapshot.num_waiting = waiting + int(incoming.size());
+    snapshot.generation_tps = rate(gen_window);
+    snapshot.prompt_tps = rate(prompt_window);
+    snapshot.kv_blocks_used = used;
+    snapshot.requests = std::move(reqs);
+    active_count = int(active.size() + incoming.size());
+  }
+};
+
+Engine::Engine(const Model& model, const EngineConfig& config, const TextStreamer* streamer)
+    : impl_(std::make_unique<Impl>(model, config, streamer)) {}
+
+Engine::~Engine() {
+  shutdown(0.0);
+}
+
+const ModelSpec& Engine::spec() const {
+  return impl_->model.spec;
+}
+int64_t Engine::max_context() const {
+  return impl_->max_context;
+}
+bool Engine::has_streamer() const {
+  return impl_->streamer != nullptr;
+}
+
+std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
+                                              const GenerationParams& params) {
+  Impl& m = *impl_;
+  const ModelSpec& spec = m.model.spec;
+  if (prompt.empty()) throw AdmissionError(400, "prompt", "the prompt is empty");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= spec.vocab)
+      throw AdmissionError(400, "prompt",
+                           strprintf("token id %d is outside the vocabulary [0, %lld)", prompt[i],
+                                     (long long)spec.vocab));
+  if (int64_t(prompt.size()) >= m.max_context)
+    throw AdmissionError(
+        400, "messages",
+        strprintf("the prompt is %zu tokens but the context is %lld tokens; shorten the prompt",
+                  prompt.size(), (long long)m.max_context));
+  if (!params.stop.empty() && !m.streamer)
+    throw AdmissionError(400, "stop",
+                         "stop strings need a tokenizer, and this model was loaded without one");
+  if (params.max_tokens < 1)
+    throw AdmissionError(400, "max_tokens", "max_tokens must be at least 1");
+  auto seq = std::make_unique<Sequence>(params);
+  const double now = now_s();
+  seq->start = now;
+  seq->deadline = now + (params.timeout_s > 0 ? params.timeout_s : m.config.default_timeout_s);
+  seq->prompt_len = int32_t(prompt.size());
+  seq->tokens = std::move(prompt);
+  if (m.streamer) seq->text = m.streamer->start();
+  if (!params.stop.empty()) seq->stop = std::make_unique<StopMatcher>(params.stop);
+  std::shared_ptr<RequestHandle> handle;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!m.accepting) throw AdmissionError(503, "", "the server is shutting down");
+    {
+      std::lock_guard<std::mutex> step_lock(m.step_mu);
+      if (m.in_step && m.step_abandoned)
+        throw AdmissionError(503, "", "the engine is stalled (watchdog fired); try again later");
+    }
+    if (m.active_count >= m.config.max_concurrent)
+      throw AdmissionError(
+          503, "",
+          strprintf("the server is at capacity (%d concurrent requests); retry later",
+                    m.config.max_concurrent));
+    seq->index = ++m.arrivals;
+    handle =
+        std::make_shared<RequestHandle>(strprintf("req-%llu", (unsigned long long)++m.next_id));
+    seq->handle = handle;
+    m.incoming.push_back(std::move(seq));
+    m.active_count++;
+  }
+  m.wake.notify_all();
+  return handle;
+}
+
+void Engine::shutdown(double grace_s) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!m.engine_thread.joinable()) return;
+    m.accepting = false;
+    if (!m.stopping) {
+      m.stopping = true;
+      m.stop_deadline = now_s() + grace_s;
+    }
+  }
+  m.wake.notify_all();
+  // The loop exits once idle. After the grace period (plus a margin for the
+  // loop to fail what is left) the threads are told to stop. A step stuck in
+  // a kernel for good would block the join; the server's signal handler
+  // exits the process after the grace period in that case.
+  const double give_up = now_s() + grace_s + 1.0;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      if (m.active_count == 0 && m.incoming.empty()) break;
+    }
+    if (now_s() > give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  m.threads_stop.store(true);
+  m.wake.notify_all();
+  m.engine_thread.join();
+  m.watchdog_thread.join();
+}
+
+EngineStatus Engine::status() const {
+  Impl& m = *impl_;
+  EngineStatus s;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    s = m.snapshot;
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.step_mu);
+    s.healthy = !(m.in_step && m.step_abandoned);
+  }
+  s.uptime_s = now_s() - m.started;
+  return s;
+}
+
+}  // namespace tandem

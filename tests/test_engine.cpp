@@ -1,0 +1,270 @@
+// The serving engine: batching never changes results, and every request
+// reaches a terminal state under faults, deadlines, cancellation, KV
+// pressure and shutdown — each within a wall-clock bound.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/engine.h"
+#include "model/decoder.h"
+#include "test_util.h"
+
+using namespace tandem;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Outcome {
+  std::vector<int32_t> ids;
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  int completion_tokens = 0;
+  double seconds = 0;
+};
+
+// Drains a request's events; fails the test if it is not terminal in `limit_s`.
+Outcome drain(RequestHandle& h, double limit_s = 20.0) {
+  Outcome o;
+  const double t0 = now_s();
+  while (now_s() - t0 < limit_s) {
+    auto e = h.next(0.05);
+    if (!e) continue;
+    o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
+    if (e->finish != FinishReason::None) {
+      o.finish = e->finish;
+      o.error = e->error;
+      o.completion_tokens = e->completion_tokens;
+      o.seconds = now_s() - t0;
+      return o;
+    }
+  }
+  ADD_FAILURE() << "request " << h.id() << " not terminal after " << limit_s << " s";
+  return o;
+}
+
+GenerationParams greedy(int max_tokens) {
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Greedy ids through the plain single-sequence path (no engine).
+std::vector<int32_t> solo_greedy(const Model& m, std::vector<int32_t> prompt, int n) {
+  ThreadPool pool(1);
+  KvPool kv_pool = single_sequence_pool(m.spec, int64_t(prompt.size()) + n, 64);
+  Decoder d(m, pool, kv_pool, 64);
+  SequenceKv kv;
+  std::vector<float> logits(size_t(m.spec.vocab));
+  run_sequence(d, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    int32_t id = argmax(logits.data(), m.spec.vocab);
+    out.push_back(id);
+    if (i + 1 < n) run_sequence(d, &id, 1, kv, logits.data(), false);
+  }
+  return out;
+}
+
+std::vector<int32_t> prompt_of(int i, int len) {
+  std::vector<int32_t> p;
+  for (int j = 0; j < len; ++j) p.push_back(3 + (i * 37 + j * 11) % 300);
+  return p;
+}
+
+class EngineTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("TANDEM_FAULT");
+    model_ = load_model(test::fixture_dir("gemma3_text-f32"));  // sliding + full layers
+  }
+  void TearDown() override { unsetenv("TANDEM_FAULT"); }
+  std::unique_ptr<Engine> make(EngineConfig c = {}, const char* fault = nullptr) {
+    if (fault) setenv("TANDEM_FAULT", fault, 1);
+    c.threads = c.threads ? c.threads : 2;
+    auto e = std::make_unique<Engine>(*model_, c);
+    unsetenv("TANDEM_FAULT");
+    return e;
+  }
+  std::unique_ptr<Model> model_;
+};
+
+TEST_F(EngineTest, GreedyMatchesTransformersReference) {
+  std::ifstream f(test::fixture_dir("gemma3_text-f32") + "/reference.json");
+  auto ref = nlohmann::json::parse(f);
+  auto engine = make();
+  auto h = engine->submit(ref["prompt"].get<std::vector<int32_t>>(), greedy(16));
+  Outcome o = drain(*h);
+  EXPECT_EQ(o.finish, FinishReason::Length);
+  EXPECT_EQ(o.ids, ref["greedy"].get<std::vector<int32_t>>());
+}
+
+TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEachEqualTheirSoloOutput) {
+  EngineConfig c;
+  c.max_concurrent = 32;
+  c.step_token_budget = 64;  // forces chunked prefill mixed with decode
+  auto engine = make(c);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 32; ++i)
+    handles.push_back(engine->submit(prompt_of(i, 5 + i * 3), greedy(12)));
+  for (int i = 0; i < 32; ++i) {
+    Outcome o = drain(*handles[size_t(i)]);
+    EXPECT_EQ(o.finish, FinishReason::Length);
+    EXPECT_EQ(o.ids, solo_greedy(*model_, prompt_of(i, 5 + i * 3), 12)) << "request " << i;
+  }
+  auto st = engine->status();
+  EXPECT_EQ(st.total_requests_processed, 32u);
+  EXPECT_EQ(st.total_completion_tokens, 32u * 12u);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, KvPressureMakesRequestsWaitNeverFail) {
+  EngineConfig c;
+  c.max_concurrent = 6;
+  // Room for about two sequences of 40 + 30 tokens in the full layers.
+  c.kv_memory = size_t(6) * KvPool::sliding_blocks_per_sequence(model_->spec, 256) *
+                    KvPool::block_bytes(model_->spec, AttentionKind::Sliding) +
+                size_t(10) * KvPool::block_bytes(model_->spec, AttentionKind::Full);
+  auto engine = make(c);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i) handles.push_back(engine->submit(prompt_of(i, 40), greedy(30)));
+  for (int i = 0; i < 6; ++i) {
+    Outcome o = drain(*handles[size_t(i)]);
+    EXPECT_EQ(o.finish, FinishReason::Length) << o.error;
+    EXPECT_EQ(o.ids, solo_greedy(*model_, prompt_of(i, 40), 30)) << "request " << i;
+  }
+}
+
+TEST_F(EngineTest, ExceptionInAStepFailsThatStepOnlyAndTheEngineGoesOn) {
+  auto engine = make({}, "step-throw@2");
+  auto a = engine->submit(prompt_of(1, 8), greedy(5));
+  auto b = engine->submit(prompt_of(2, 8), greedy(5));
+  Outcome oa = drain(*a, 5), ob = drain(*b, 5);
+  EXPECT_EQ(oa.finish, FinishReason::Error);
+  EXPECT_EQ(ob.finish, FinishReason::Error);
+  EXPECT_EQ(oa.error, "internal error while running the model");  // sanitized
+  auto c = engine->submit(prompt_of(3, 8), greedy(5));
+  Outcome oc = drain(*c, 5);
+  EXPECT_EQ(oc.finish, FinishReason::Length);
+  EXPECT_EQ(oc.ids, solo_greedy(*model_, prompt_of(3, 8), 5));
+  auto st = engine->status();
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_EQ(st.total_requests_failed, 2u);
+  EXPECT_TRUE(st.healthy);
+}
+
+TEST_F(EngineTest, WatchdogFailsAStalledStep) {
+  EngineConfig c;
+  c.step_timeout_s = 0.3;
+  auto engine = make(c, "step-stall@1");
+  auto a = engine->submit(prompt_of(1, 8), greedy(5));
+  Outcome o = drain(*a, 5);
+  EXPECT_EQ(o.finish, FinishReason::Error);
+  EXPECT_NE(o.error.find("watchdog"), std::string::npos) << o.error;
+  EXPECT_LT(o.seconds, 2.0);
+  auto st = engine->status();
+  EXPECT_TRUE(st.watchdog_fired);
+  // Unhealthy while the step is stuck; serving again once it returns.
+  const double t0 = now_s();
+  while (!engine->status().healthy && now_s() - t0 < 3.0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(engine->status().healthy);
+  auto b = engine->submit(prompt_of(2, 8), greedy(4));
+  EXPECT_EQ(drain(*b, 5).finish, FinishReason::Length);
+}
+
+TEST_F(EngineTest, NanLogitsFailTheRequestWithAClearError) {
+  auto engine = make({}, "nan-logits@1");
+  auto a = engine->submit(prompt_of(1, 8), greedy(5));
+  Outcome o = drain(*a, 5);
+  EXPECT_EQ(o.finish, FinishReason::Error);
+  EXPECT_EQ(o.error, "the model produced NaN logits");
+  EXPECT_EQ(drain(*engine->submit(prompt_of(2, 8), greedy(3)), 5).finish, FinishReason::Length);
+}
+
+TEST_F(EngineTest, InjectedKvExhaustionMakesTheRequestWait) {
+  auto engine = make({}, "kv-exhaust@1");
+  auto a = engine->submit(prompt_of(1, 8), greedy(6));
+  Outcome o = drain(*a, 5);
+  EXPECT_EQ(o.finish, FinishReason::Length);
+  EXPECT_EQ(o.ids, solo_greedy(*model_, prompt_of(1, 8), 6));
+}
+
+TEST_F(EngineTest, DeadlinesAndCancellationEndRequests) {
+  auto engine = make();
+  GenerationParams p = greedy(200);
+  p.timeout_s = 1e-6;
+  EXPECT_EQ(drain(*engine->submit(prompt_of(1, 8), p), 5).finish, FinishReason::Timeout);
+  auto h = engine->submit(prompt_of(2, 8), greedy(200));
+  auto first = h->next(5.0);
+  ASSERT_TRUE(first.has_value());
+  h->cancel();
+  Outcome o = drain(*h, 5);
+  EXPECT_EQ(o.finish, FinishReason::Cancelled);
+  EXPECT_LT(o.completion_tokens, 200);
+  EXPECT_EQ(engine->status().total_requests_cancelled, 1u);
+}
+
+TEST_F(EngineTest, AdmissionErrorsComeBeforeAnyWork) {
+  EngineConfig c;
+  c.max_concurrent = 2;
+  c.step_timeout_s = 1.0;
+  auto engine = make(c, "step-stall@1");
+  auto expect_status = [&](std::vector<int32_t> prompt, GenerationParams p, int status,
+                           const char* text) {
+    try {
+      engine->submit(std::move(prompt), p);
+      ADD_FAILURE() << "admitted";
+    } catch (const AdmissionError& e) {
+      EXPECT_EQ(e.status, status) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  expect_status({}, greedy(4), 400, "empty");
+  expect_status(prompt_of(1, 300), greedy(4), 400, "context is 256 tokens");
+  expect_status({1, 2, 999}, greedy(4), 400, "outside the vocabulary");
+  GenerationParams with_stop = greedy(4);
+  with_stop.stop = {"x"};
+  expect_status(prompt_of(1, 4), with_stop, 400, "need a tokenizer");
+  auto a = engine->submit(prompt_of(1, 4), greedy(4));  // stalls step 1
+  auto b = engine->submit(prompt_of(2, 4), greedy(4));
+  expect_status(prompt_of(3, 4), greedy(4), 503, "at capacity");
+  drain(*a, 5);
+  drain(*b, 5);
+}
+
+TEST_F(EngineTest, ShutdownDrainsRunningRequestsAndRefusesNewOnes) {
+  auto engine = make();
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (int i = 0; i < 4; ++i) hs.push_back(engine->submit(prompt_of(i, 6), greedy(20)));
+  const double t0 = now_s();
+  engine->shutdown(10.0);
+  EXPECT_LT(now_s() - t0, 10.0);
+  for (auto& h : hs) EXPECT_EQ(drain(*h, 1).finish, FinishReason::Length);
+  try {
+    engine->submit(prompt_of(9, 4), greedy(2));
+    ADD_FAILURE() << "admitted after shutdown";
+  } catch (const AdmissionError& e) {
+    EXPECT_EQ(e.status, 503);
+  }
+}
+
+TEST_F(EngineTest, ShutdownGracePeriodFailsWhatCannotFinish) {
+  EngineConfig c;
+  c.step_timeout_s = 30;
+  auto engine = make(c, "step-stall@1");
+  auto h = engine->submit(prompt_of(1, 6), greedy(5));
+  const double t0 = now_s();
+  engine->shutdown(0.2);
+  EXPECT_LT(now_s() - t0, 7.0);
+  EXPECT_EQ(drain(*h, 1).finish, FinishReason::Error);
+}
+
+}  // namespace
