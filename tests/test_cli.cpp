@@ -40,7 +40,7 @@ TEST(Cli, PromptWithoutTokenizerSaysWhatToDo) {
 
 TEST(Cli, SynthWritesALoadableCheckpoint) {
   TempDir tmp;
-  for (const char* arch : {"llama-f32", "gemma3-f32", "qwen2-f32"}) {
+  for (const char* arch : {"llama-f32", "gemma3-f32", "qwen2-f32", "gemma4-f32", "mistral3-f32"}) {
     const std::string out = tmp.path() + "/" + arch;
     auto r =
         run_tandem("synth " + fixture_dir(arch) + "/config.json " + out + " --dtype bf16 --seed 3");

@@ -67,9 +67,9 @@ TEST(Config, Gemma3OldSchemaEqualsNew) {
   t["sliding_window_pattern"] = 3;  // layers 0,1 slide, 2 is global, 3 slides
   ModelSpec a = parse(fresh), b = parse(old);
   EXPECT_EQ(a.arch, "gemma3_text");
-  EXPECT_EQ(a.layer_kinds, b.layer_kinds);
-  EXPECT_EQ(a.layer_kinds[2], AttentionKind::Full);
-  EXPECT_EQ(a.layer_kinds[3], AttentionKind::Sliding);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(a.layer[i].kind, b.layer[i].kind) << i;
+  EXPECT_EQ(a.layer[2].kind, AttentionKind::Full);
+  EXPECT_EQ(a.layer[3].kind, AttentionKind::Sliding);
   EXPECT_EQ(a.rope_full.type, RopeType::Linear);
   expect_same_rope(a.rope_full, b.rope_full, a.head_dim);
   expect_same_rope(a.rope_sliding, b.rope_sliding, a.head_dim);
@@ -88,7 +88,7 @@ TEST(Config, Gemma3DefaultPatternIsEverySixthLayerGlobal) {
   j["sliding_window_pattern"] = 6;
   ModelSpec s = parse(j);
   for (int i = 0; i < 12; ++i)
-    EXPECT_EQ(s.layer_kinds[i], (i + 1) % 6 == 0 ? AttentionKind::Full : AttentionKind::Sliding)
+    EXPECT_EQ(s.layer[i].kind, (i + 1) % 6 == 0 ? AttentionKind::Full : AttentionKind::Sliding)
         << i;
 }
 
@@ -106,6 +106,40 @@ TEST(Config, FamilyFlags) {
   EXPECT_FLOAT_EQ(gemma.final_softcap, 3.0f);
   EXPECT_EQ(gemma.attn_softcap, 0.0f);  // ignored by transformers' Gemma 3 too
   EXPECT_EQ(gemma.eos_ids, std::vector<int32_t>{1});
+}
+
+TEST(Config, Gemma4LayersShareKvAndWidenTheirMlp) {
+  ModelSpec s = parse(fixture_config("gemma4-f32"));  // the multimodal wrapper
+  EXPECT_EQ(s.arch, "gemma4_text");
+  EXPECT_EQ(s.norm_style, NormStyle::Weight);
+  EXPECT_EQ(s.attn_scale, 1.0f);
+  EXPECT_TRUE(s.v_norm && s.layer_scalars && s.tied_embeddings);
+  EXPECT_EQ(s.ple_dim, 16);
+  EXPECT_EQ(s.rope_full.type, RopeType::Proportional);
+  // Layers: s s f s s f; the last two share KV with layers 3 (sliding) and 2 (full).
+  const int64_t source[] = {0, 1, 2, 3, 3, 2}, head_dim[] = {32, 32, 64, 32, 32, 64},
+                inter[] = {96, 96, 96, 96, 192, 192};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(s.layer[i].kv_source, source[i]) << i;
+    EXPECT_EQ(s.layer[i].head_dim, head_dim[i]) << i;
+    EXPECT_EQ(s.layer[i].intermediate, inter[i]) << i;
+  }
+  // The older spelling: global_head_dim instead of per_layer_config.
+  json j = fixture_config("gemma4_text-f32");
+  j.erase("per_layer_config");
+  j["global_head_dim"] = 64;
+  ModelSpec old = parse(j);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(old.layer[i].head_dim, head_dim[i]) << i;
+}
+
+TEST(Config, Ministral3HasYarnAndQueryTemperatureAndTheWrapperTiesTheHead) {
+  ModelSpec s = parse(fixture_config("mistral3-f32"));
+  EXPECT_EQ(s.arch, "ministral3");
+  EXPECT_EQ(s.rope_full.type, RopeType::Yarn);
+  EXPECT_FLOAT_EQ(s.query_temperature_beta, 0.1f);
+  EXPECT_EQ(s.query_temperature_base, 16);
+  EXPECT_TRUE(s.tied_embeddings);  // text_config says false; Mistral3Config's true wins
+  EXPECT_FALSE(parse(fixture_config("ministral3-f32")).tied_embeddings);
 }
 
 TEST(Config, RealConfigsOfBenchmarkModels) {

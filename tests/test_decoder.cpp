@@ -60,7 +60,8 @@ TEST_P(DecoderConsistency, IncrementalAndChunkedEqualFullPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderConsistency,
-                         testing::Values("llama-f32", "qwen3-f32", "gemma3_text-f32"),
+                         testing::Values("llama-f32", "qwen3-f32", "gemma3_text-f32",
+                                         "gemma4_text-f32", "ministral3-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s)

@@ -63,16 +63,20 @@ TEST_P(Parity, AllPositionLogitsMatchTransformers) {
   std::printf("[parity] %-18s max|delta| = %.2e = %.2e x std(ref)\n", GetParam().c_str(), d.max_abs,
               d.max_abs / d.ref_std);
   if (ref.contains("logits_native")) {
-    // transformers running natively in bf16/f16 rounds every activation; that
-    // path is measured against tandem's f32 compute and reported. The bound is
-    // loose because the native path itself is that far from exact (measured:
-    // up to 0.29 x std for llama-bf16, whose bf16 cos/sin tables are coarse);
-    // the tight check is the float64 one above.
+    // transformers running natively in bf16/f16 rounds every activation; its
+    // distance from the exact (float64) logits is that path's own noise
+    // (measured up to 1.9 x std(ref) on the tiny random Gemma 4, whose layer
+    // scalars amplify rounding). tandem computes in f32, so it must sit where
+    // the exact answer sits: no farther from the native logits than the exact
+    // ones are.
     Diff n = compare(got, ref["logits_native"]);
-    std::printf("[parity] %-18s vs transformers native %s: max|delta| = %.3f = %.3f x std(ref)\n",
-                GetParam().c_str(), ref["dtype"].get<std::string>().c_str(), n.max_abs,
-                n.max_abs / n.ref_std);
-    EXPECT_LE(n.max_abs, 0.5 * n.ref_std);
+    Diff exact = compare(ref["logits"], ref["logits_native"]);
+    std::printf(
+        "[parity] %-18s vs transformers native %s: max|delta| = %.3f = %.3f x std(ref) (exact vs "
+        "native: %.3f)\n",
+        GetParam().c_str(), ref["dtype"].get<std::string>().c_str(), n.max_abs,
+        n.max_abs / n.ref_std, exact.max_abs);
+    EXPECT_LE(n.max_abs, exact.max_abs + 1e-3 * d.ref_std);
   }
 }
 
@@ -89,7 +93,10 @@ TEST_P(Parity, GreedyContinuationMatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Parity,
                          testing::Values("llama-f32", "llama-bf16", "qwen2-f32", "qwen2-bf16",
                                          "qwen3-f32", "qwen3-bf16", "qwen3-f16", "gemma3_text-f32",
-                                         "gemma3_text-bf16", "gemma3-f32", "gemma3-bf16"),
+                                         "gemma3_text-bf16", "gemma3-f32", "gemma3-bf16",
+                                         "gemma4_text-f32", "gemma4_text-bf16", "gemma4-f32",
+                                         "gemma4-bf16", "ministral3-f32", "ministral3-bf16",
+                                         "mistral3-f32", "mistral3-bf16"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s)

@@ -30,13 +30,18 @@ double decode_bytes(const Model& m, int64_t pos) {
   const ModelSpec& s = m.spec;
   const Weights& w = m.weights;
   double bytes = double(w.head.nbytes()) + double(s.hidden * dtype_size(w.embed.dtype));
+  if (s.ple_dim > 0)
+    bytes += double(w.ple_model_proj.nbytes()) +
+             double(s.layers * s.ple_dim * dtype_size(w.ple_embed.dtype));
   for (int64_t l = 0; l < s.layers; ++l) {
-    const LayerWeights& lw = w.layers[l];
-    for (const WeightMatrix* x : {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down})
+    const LayerWeights& lw = w.layers[size_t(l)];
+    for (const WeightMatrix* x :
+         {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down, &lw.ple_gate, &lw.ple_proj})
       bytes += double(x->nbytes());
+    const LayerSpec& ls = s.layer[size_t(l)];
     int64_t seen = pos + 1;
-    if (s.layer_kinds[l] == AttentionKind::Sliding) seen = std::min(seen, s.sliding_window);
-    bytes += 2.0 * double(seen * s.kv_dim()) * sizeof(float);
+    if (ls.kind == AttentionKind::Sliding) seen = std::min(seen, s.sliding_window);
+    bytes += 2.0 * double(seen * ls.kv_dim()) * sizeof(float);
   }
   return bytes;
 }

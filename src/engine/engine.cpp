@@ -149,10 +149,8 @@ struct Engine::Impl {
     config.step_token_budget = std::max<int64_t>(config.step_token_budget, config.max_concurrent);
     int64_t ctx = config.max_context > 0 ? config.max_context
                                          : std::min(spec.max_position, kDefaultContextCap);
-    const bool has_sliding =
-        std::count(spec.layer_kinds.begin(), spec.layer_kinds.end(), AttentionKind::Sliding) > 0;
-    const bool has_full =
-        std::count(spec.layer_kinds.begin(), spec.layer_kinds.end(), AttentionKind::Full) > 0;
+    const bool has_sliding = spec.has_kind(AttentionKind::Sliding);
+    const bool has_full = spec.has_kind(AttentionKind::Full);
     const int64_t sliding_blocks =
         has_sliding ? config.max_concurrent *
                           KvPool::sliding_blocks_per_sequence(spec, config.step_token_budget)

@@ -1,5 +1,7 @@
 // config.json -> ModelSpec, for every supported family and both schemas.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -66,7 +68,8 @@ RopeType parse_rope_type(const std::string& name, const std::string& source) {
   if (name == "linear") return RopeType::Linear;
   if (name == "llama3") return RopeType::Llama3;
   if (name == "yarn") return RopeType::Yarn;
-  fail("%s: unsupported rope type \"%s\" (supported: default, linear, llama3, yarn)",
+  if (name == "proportional") return RopeType::Proportional;
+  fail("%s: unsupported rope type \"%s\" (supported: default, linear, llama3, yarn, proportional)",
        source.c_str(), name.c_str());
 }
 
@@ -141,9 +144,9 @@ void parse_rope(const ConfigReader& r, bool gemma, ModelSpec* spec) {
     spec->rope_full.partial_rotary_factor = spec->rope_sliding.partial_rotary_factor = partial;
 }
 
-void parse_layer_kinds(const ConfigReader& r, ModelSpec* spec) {
+void parse_layers(const ConfigReader& r, ModelSpec* spec) {
   const json& j = r.j;
-  spec->layer_kinds.assign(spec->layers, AttentionKind::Full);
+  std::vector<AttentionKind> kinds(size_t(spec->layers), AttentionKind::Full);
   if (r.has("layer_types")) {
     const json& lt = j["layer_types"];
     if (!lt.is_array() || int64_t(lt.size()) != spec->layers)
@@ -152,7 +155,7 @@ void parse_layer_kinds(const ConfigReader& r, ModelSpec* spec) {
     for (int64_t i = 0; i < spec->layers; ++i) {
       std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
       if (t == "sliding_attention")
-        spec->layer_kinds[i] = AttentionKind::Sliding;
+        kinds[i] = AttentionKind::Sliding;
       else if (t != "full_attention")
         fail("%s: layer_types[%lld] = %s is not \"full_attention\" or \"sliding_attention\"",
              r.source.c_str(), (long long)i, lt[i].dump().c_str());
@@ -163,19 +166,97 @@ void parse_layer_kinds(const ConfigReader& r, ModelSpec* spec) {
         r.integer_or("sliding_window_pattern", r.integer_or("_sliding_window_pattern", 6));
     if (pattern <= 0) fail("%s: sliding_window_pattern must be positive", r.source.c_str());
     for (int64_t i = 0; i < spec->layers; ++i)
-      if ((i + 1) % pattern != 0) spec->layer_kinds[i] = AttentionKind::Sliding;
+      if ((i + 1) % pattern != 0) kinds[i] = AttentionKind::Sliding;
   } else if (spec->arch == "qwen2" && r.boolean_or("use_sliding_window", false)) {
     int64_t max_window_layers = r.integer_or("max_window_layers", spec->layers);
-    for (int64_t i = max_window_layers; i < spec->layers; ++i)
-      spec->layer_kinds[i] = AttentionKind::Sliding;
+    for (int64_t i = max_window_layers; i < spec->layers; ++i) kinds[i] = AttentionKind::Sliding;
   }
-  bool any_sliding = false;
-  for (auto k : spec->layer_kinds) any_sliding |= k == AttentionKind::Sliding;
-  if (any_sliding) {
+
+  spec->layer.resize(size_t(spec->layers));
+  for (int64_t i = 0; i < spec->layers; ++i) {
+    LayerSpec& l = spec->layer[size_t(i)];
+    l.kind = kinds[size_t(i)];
+    l.head_dim = spec->head_dim;
+    l.kv_heads = spec->kv_heads;
+    l.intermediate = spec->intermediate;
+    l.kv_source = i;
+  }
+
+  if (spec->arch == "gemma4_text") {
+    // Full layers may have their own head dim / kv heads: per_layer_config
+    // {"<layer>": {"head_dim": .., "num_key_value_heads": ..}} (transformers 5
+    // re-saves), or global_head_dim / num_global_key_value_heads.
+    const bool k_eq_v = r.boolean_or("attention_k_eq_v", false);
+    if (r.has("per_layer_config")) {
+      const json& plc = j["per_layer_config"];
+      if (!plc.is_object()) fail("%s: per_layer_config must be an object", r.source.c_str());
+      for (auto it = plc.begin(); it != plc.end(); ++it) {
+        char* end = nullptr;
+        long idx = std::strtol(it.key().c_str(), &end, 10);
+        if (*end != '\0' || idx < 0 || idx >= spec->layers)
+          fail("%s: per_layer_config key \"%s\" is not a layer index", r.source.c_str(),
+               it.key().c_str());
+        ConfigReader o{it.value(), r.source};
+        LayerSpec& l = spec->layer[size_t(idx)];
+        l.head_dim = o.integer_or("head_dim", l.head_dim);
+        l.kv_heads = o.integer_or("num_key_value_heads", l.kv_heads);
+      }
+    } else {
+      const int64_t global_dim = r.integer_or("global_head_dim", spec->head_dim);
+      const int64_t global_kv = r.integer_or("num_global_key_value_heads", 0);
+      for (auto& l : spec->layer)
+        if (l.kind == AttentionKind::Full) {
+          l.head_dim = global_dim;
+          if (k_eq_v && global_kv > 0) l.kv_heads = global_kv;
+        }
+    }
+    for (auto& l : spec->layer) l.k_eq_v = k_eq_v && l.kind == AttentionKind::Full;
+    if (r.boolean_or("enable_moe_block", false))
+      fail("%s: Gemma 4 mixture-of-experts blocks (enable_moe_block) are not supported yet",
+           r.source.c_str());
+    // KV sharing: the last num_kv_shared_layers layers reuse the keys and
+    // values of the last earlier layer of their kind that computes its own.
+    const int64_t shared = r.integer_or("num_kv_shared_layers", 0);
+    const int64_t first_shared = spec->layers - shared;
+    if (shared > 0 && first_shared <= 0)
+      fail("%s: num_kv_shared_layers (%lld) must be below num_hidden_layers (%lld)",
+           r.source.c_str(), (long long)shared, (long long)spec->layers);
+    const bool double_wide = r.boolean_or("use_double_wide_mlp", false);
+    for (int64_t i = std::max<int64_t>(first_shared, 0); i < spec->layers && shared > 0; ++i) {
+      LayerSpec& l = spec->layer[size_t(i)];
+      int64_t src = -1;
+      for (int64_t p = first_shared - 1; p >= 0; --p)
+        if (spec->layer[size_t(p)].kind == l.kind) {
+          src = p;
+          break;
+        }
+      if (src < 0)
+        fail("%s: KV-shared layer %lld has no earlier %s layer to share with", r.source.c_str(),
+             (long long)i, l.kind == AttentionKind::Full ? "full-attention" : "sliding");
+      l.kv_source = src;
+      if (double_wide) l.intermediate *= 2;
+    }
+    for (auto& l : spec->layer) {
+      const LayerSpec& src = spec->layer[size_t(l.kv_source)];
+      if (l.head_dim != src.head_dim || l.kv_heads != src.kv_heads)
+        fail("%s: a KV-shared layer's head shape differs from its source layer's",
+             r.source.c_str());
+    }
+  }
+  for (const auto& l : spec->layer)
+    if (l.head_dim <= 0 || l.head_dim % 2 != 0 || l.kv_heads <= 0 || spec->heads % l.kv_heads != 0)
+      fail("%s: every layer needs an even head_dim and kv heads dividing num_attention_heads",
+           r.source.c_str());
+
+  if (spec->has_kind(AttentionKind::Sliding)) {
     spec->sliding_window = r.integer_or("sliding_window", 0);
     if (spec->sliding_window <= 0)
       fail("%s: sliding layers need a positive sliding_window", r.source.c_str());
   }
+}
+
+bool j_has(const json& obj, const char* key) {
+  return obj.is_object() && obj.contains(key) && !obj[key].is_null();
 }
 
 std::vector<int32_t> parse_ids(const json& v) {
@@ -208,15 +289,20 @@ ModelSpec parse_model_spec(const std::string& text, const std::string& source) {
   ModelSpec s;
   s.arch = r.string_or("model_type", outer.string_or("model_type", ""));
   if (s.arch == "gemma3") s.arch = "gemma3_text";
-  static const char* kSupported[] = {"llama", "qwen2", "qwen3", "gemma3_text"};
+  if (s.arch == "gemma4") s.arch = "gemma4_text";
+  if (s.arch == "mistral3") s.arch = "ministral3";
+  static const char* kSupported[] = {"llama",       "qwen2",       "qwen3",
+                                     "gemma3_text", "gemma4_text", "ministral3"};
   bool known = false;
   for (const char* a : kSupported) known |= s.arch == a;
   if (!known)
     fail(
         "%s: model_type \"%s\" is not supported (supported: llama, qwen2, qwen3, gemma3_text, "
-        "gemma3)",
+        "gemma3, "
+        "gemma4_text, gemma4, ministral3, mistral3)",
         source.c_str(), s.arch.c_str());
-  bool gemma = s.arch == "gemma3_text";
+  const bool gemma = s.arch == "gemma3_text";  // Gemma 1-3 conventions
+  const bool gemma4 = s.arch == "gemma4_text";
 
   s.vocab = r.integer("vocab_size");
   s.hidden = r.integer("hidden_size");
@@ -233,12 +319,18 @@ ModelSpec parse_model_spec(const std::string& text, const std::string& source) {
          (long long)s.head_dim);
   s.max_position = r.integer_or("max_position_embeddings", 4096);
   s.norm_eps = float(r.number_or("rms_norm_eps", 1e-6));
-  s.tied_embeddings = r.has("tie_word_embeddings")
-                          ? r.boolean_or("tie_word_embeddings", true)
-                          : outer.boolean_or("tie_word_embeddings", !gemma ? false : true);
+  // A multimodal wrapper's own tie_word_embeddings decides for the whole
+  // model (transformers ties Mistral3's head even when its text_config says
+  // false); otherwise the language model's.
+  const bool family_ties = gemma || gemma4;
+  if (cfg != &root && outer.has("tie_word_embeddings"))
+    s.tied_embeddings = outer.boolean_or("tie_word_embeddings", true);
+  else
+    s.tied_embeddings = r.boolean_or("tie_word_embeddings", family_ties);
 
-  std::string act = r.string_or("hidden_activation",
-                                r.string_or("hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"));
+  std::string act =
+      r.string_or("hidden_activation",
+                  r.string_or("hidden_act", gemma || gemma4 ? "gelu_pytorch_tanh" : "silu"));
   if (act == "silu" || act == "swish")
     s.activation = Activation::SiLU;
   else if (act == "gelu_pytorch_tanh" || act == "gelu_tanh")
@@ -255,25 +347,45 @@ ModelSpec parse_model_spec(const std::string& text, const std::string& source) {
   } else if (s.arch == "qwen3") {
     s.qkv_bias = s.o_bias = r.boolean_or("attention_bias", false);
     s.qk_norm = true;
-  } else if (gemma) {
+  } else if (gemma || gemma4) {
     s.qkv_bias = s.o_bias = r.boolean_or("attention_bias", false);
     s.qk_norm = true;
     s.sandwich_norms = true;
     s.scale_embeddings = true;
-    s.norm_style = NormStyle::OnePlusWeight;
+    s.norm_style = gemma ? NormStyle::OnePlusWeight : NormStyle::Weight;
+    if (gemma4) {
+      s.v_norm = true;
+      s.layer_scalars = true;
+      s.ple_dim = r.integer_or("hidden_size_per_layer_input", 0);
+      s.ple_vocab = s.ple_dim > 0 ? r.integer_or("vocab_size_per_layer_input", s.vocab) : 0;
+      const std::string bidir = r.string_or("use_bidirectional_attention", "");
+      if (bidir == "all")
+        fail("%s: use_bidirectional_attention \"all\" (an encoder) is not supported",
+             source.c_str());
+    }
   }
 
   double scalar =
       gemma ? r.number_or("query_pre_attn_scalar", double(s.head_dim)) : double(s.head_dim);
   if (scalar <= 0) fail("%s: query_pre_attn_scalar must be positive", source.c_str());
-  s.attn_scale = float(1.0 / std::sqrt(scalar));
+  s.attn_scale =
+      gemma4 ? 1.0f : float(1.0 / std::sqrt(scalar));  // Gemma 4: the q/k norms replace the scale
   // transformers' Gemma 3 attention never passes attn_logit_softcapping to
   // its attention function, so the field is ignored there; do the same.
   s.attn_softcap = gemma ? 0.0f : float(r.number_or("attn_logit_softcapping", 0.0));
   s.final_softcap = float(r.number_or("final_logit_softcapping", 0.0));
 
-  parse_rope(r, gemma, &s);
-  parse_layer_kinds(r, &s);
+  parse_rope(r, gemma || gemma4, &s);
+  parse_layers(r, &s);
+  if (s.arch == "ministral3" && r.has("rope_parameters") &&
+      j_has(r.j["rope_parameters"], "llama_4_scaling_beta")) {
+    const json& rp = r.j["rope_parameters"];
+    s.query_temperature_beta = float(r.number(rp, "llama_4_scaling_beta", 0.0));
+    s.query_temperature_base = int64_t(r.number(rp, "original_max_position_embeddings", 0.0));
+    if (s.query_temperature_beta != 0.0f && s.query_temperature_base <= 0)
+      fail("%s: llama_4_scaling_beta needs original_max_position_embeddings in rope_parameters",
+           source.c_str());
+  }
 
   s.eos_ids = parse_ids(r.has("eos_token_id") ? (*cfg)["eos_token_id"]
                                               : root.value("eos_token_id", json()));
@@ -288,6 +400,18 @@ static std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+int64_t ModelSpec::max_head_dim() const {
+  int64_t m = 0;
+  for (const auto& l : layer) m = std::max(m, l.head_dim);
+  return m;
+}
+
+int64_t ModelSpec::max_intermediate() const {
+  int64_t m = 0;
+  for (const auto& l : layer) m = std::max(m, l.intermediate);
+  return m;
 }
 
 ModelSpec load_model_spec(const std::string& dir) {

@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
@@ -19,12 +20,9 @@ void linear(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
 // True when the sequence's block tables cover positions [0, end).
 bool covers(const ModelSpec& s, const SequenceKv& kv, int64_t end) {
   const int64_t blocks = (end + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
-  bool full = std::find(s.layer_kinds.begin(), s.layer_kinds.end(), AttentionKind::Full) !=
-              s.layer_kinds.end();
-  bool sliding = std::find(s.layer_kinds.begin(), s.layer_kinds.end(), AttentionKind::Sliding) !=
-                 s.layer_kinds.end();
-  if (full && int64_t(kv.full.size()) < blocks) return false;
-  if (sliding && kv.sliding_first + int64_t(kv.sliding.size()) < blocks) return false;
+  if (s.has_kind(AttentionKind::Full) && int64_t(kv.full.size()) < blocks) return false;
+  if (s.has_kind(AttentionKind::Sliding) && kv.sliding_first + int64_t(kv.sliding.size()) < blocks)
+    return false;
   return true;
 }
 
@@ -33,18 +31,23 @@ bool covers(const ModelSpec& s, const SequenceKv& kv, int64_t end) {
 Decoder::Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool, int64_t max_step_tokens)
     : model_(model), pool_(pool), kv_pool_(kv_pool), max_step_tokens_(max_step_tokens) {
   const ModelSpec& s = model.spec;
-  rope_full_ = make_rope_table(s.rope_full, s.head_dim);
-  rope_sliding_ = make_rope_table(s.rope_sliding, s.head_dim);
-  const size_t T = size_t(max_step_tokens);
+  for (int64_t l = 0; l < s.layers; ++l)
+    rope_.push_back(make_rope_table(s.rope_for(l), s.layer[size_t(l)].head_dim));
+  const size_t T = size_t(max_step_tokens), Dh = size_t(s.max_head_dim()),
+               F = size_t(s.max_intermediate());
+  size_t kv_heads = 0;
+  for (const auto& l : s.layer) kv_heads = std::max(kv_heads, size_t(l.kv_heads));
   h_.resize(T * s.hidden);
   x_.resize(T * s.hidden);
-  q_.resize(T * s.q_dim());
-  k_.resize(T * s.kv_dim());
-  v_.resize(T * s.kv_dim());
-  attn_.resize(T * s.q_dim());
+  q_.resize(T * s.heads * Dh);
+  k_.resize(T * kv_heads * Dh);
+  v_.resize(T * kv_heads * Dh);
+  attn_.resize(T * s.heads * Dh);
   out_.resize(T * s.hidden);
-  gate_.resize(T * s.intermediate);
-  up_.resize(T * s.intermediate);
+  gate_.resize(T * F);
+  up_.resize(T * F);
+  ple_.resize(T * size_t(s.layers * s.ple_dim));
+  ple_gate_.resize(T * size_t(s.ple_dim));
 }
 
 void Decoder::step(std::span<const SeqStep> batch) {
@@ -78,9 +81,14 @@ void Decoder::step(std::span<const SeqStep> batch) {
       if (w.embed_scale != 1.0f)
         for (int64_t j = 0; j < D; ++j) h[j] *= w.embed_scale;
     }
+  if (s.ple_dim > 0) per_layer_inputs(batch, tokens);
   for (int64_t l = 0; l < s.layers; ++l) {
     attention_block(l, batch, tokens);
     mlp_block(l, tokens);
+    if (s.ple_dim > 0) per_layer_block(l, tokens);
+    const float scalar = model_.weights.layers[size_t(l)].scalar;
+    if (scalar != 1.0f)
+      for (int64_t i = 0; i < tokens * D; ++i) h_[size_t(i)] *= scalar;
   }
   for (const SeqStep& q : batch) q.kv->length += q.n;
   if (logit_rows == 0) return;
@@ -118,27 +126,59 @@ void Decoder::step(std::span<const SeqStep> batch) {
   }
 }
 
+// Gemma 4 per-layer inputs, from the input embeddings (h_ before layer 0):
+//   ple[t, l] = (norm(proj(h) · D^-0.5)[l] + E_ple[id] · sqrt(P))[l] · 2^-0.5
+void Decoder::per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens) {
+  const ModelSpec& s = model_.spec;
+  const Weights& w = model_.weights;
+  const int64_t P = s.ple_dim, LP = s.layers * P;
+  cpu::matmul(pool_, h_.data(), tokens, w.ple_model_proj, nullptr, ple_.data());
+  const float proj_scale = 1.0f / std::sqrt(float(s.hidden));
+  for (int64_t i = 0; i < tokens * LP; ++i) ple_[size_t(i)] *= proj_scale;
+  cpu::rmsnorm(ple_.data(), w.ple_proj_norm.data(), tokens * s.layers, P, s.norm_eps, ple_.data());
+  const size_t row_bytes = size_t(LP) * dtype_size(w.ple_embed.dtype);
+  std::vector<float> tok(static_cast<size_t>(LP));
+  const float mix = 1.0f / std::sqrt(2.0f);
+  int64_t t = 0;
+  for (const SeqStep& q : batch)
+    for (int64_t i = 0; i < q.n; ++i, ++t) {
+      // Ids beyond the per-layer table (multimodal placeholders) read row 0.
+      const int64_t id = q.ids[i] < s.ple_vocab ? q.ids[i] : 0;
+      convert_to_f32(static_cast<const uint8_t*>(w.ple_embed.data) + size_t(id) * row_bytes,
+                     w.ple_embed.dtype, LP, tok.data());
+      float* row = ple_.data() + t * LP;
+      for (int64_t j = 0; j < LP; ++j) row[j] = (row[j] + tok[size_t(j)] * w.ple_embed_scale) * mix;
+    }
+}
+
 void Decoder::attention_block(int64_t layer, std::span<const SeqStep> batch, int64_t tokens) {
   const ModelSpec& s = model_.spec;
-  const LayerWeights& lw = model_.weights.layers[layer];
-  const int64_t D = s.hidden, Q = s.q_dim(), KV = s.kv_dim(), Dh = s.head_dim;
+  const LayerSpec& ls = s.layer[size_t(layer)];
+  const LayerWeights& lw = model_.weights.layers[size_t(layer)];
+  const int64_t D = s.hidden, Q = ls.q_dim(s.heads), KV = ls.kv_dim(), Dh = ls.head_dim;
+  const bool own_kv = ls.kv_source == layer;
   cpu::rmsnorm(h_.data(), lw.attn_in_norm.data(), tokens, D, s.norm_eps, x_.data());
   linear(pool_, x_.data(), tokens, lw.q, lw.q_bias, q_.data());
-  linear(pool_, x_.data(), tokens, lw.k, lw.k_bias, k_.data());
-  linear(pool_, x_.data(), tokens, lw.v, lw.v_bias, v_.data());
-  if (s.qk_norm) {
+  if (s.qk_norm)
     cpu::rmsnorm(q_.data(), lw.q_norm.data(), tokens * s.heads, Dh, s.norm_eps, q_.data());
-    cpu::rmsnorm(k_.data(), lw.k_norm.data(), tokens * s.kv_heads, Dh, s.norm_eps, k_.data());
+  if (own_kv) {
+    linear(pool_, x_.data(), tokens, lw.k, lw.k_bias, k_.data());
+    if (ls.k_eq_v)
+      std::copy(k_.begin(), k_.begin() + tokens * KV, v_.begin());  // values = raw keys
+    else
+      linear(pool_, x_.data(), tokens, lw.v, lw.v_bias, v_.data());
+    if (s.qk_norm)
+      cpu::rmsnorm(k_.data(), lw.k_norm.data(), tokens * ls.kv_heads, Dh, s.norm_eps, k_.data());
+    if (s.v_norm) cpu::rmsnorm(v_.data(), nullptr, tokens * ls.kv_heads, Dh, s.norm_eps, v_.data());
   }
-  const AttentionKind kind = s.layer_kinds[layer];
-  const RopeTable& rope = kind == AttentionKind::Sliding ? rope_sliding_ : rope_full_;
+  const RopeTable& rope = rope_[size_t(layer)];
   cpu::AttentionParams p;
   p.heads = s.heads;
-  p.kv_heads = s.kv_heads;
+  p.kv_heads = ls.kv_heads;
   p.head_dim = Dh;
   p.scale = s.attn_scale;
   p.softcap = s.attn_softcap;
-  p.window = kind == AttentionKind::Sliding ? s.sliding_window : 0;
+  p.window = ls.kind == AttentionKind::Sliding ? s.sliding_window : 0;
   p.k_base = kv_pool_.keys(layer);
   p.v_base = kv_pool_.values(layer);
   p.block_size = KvPool::kBlockSize;
@@ -147,15 +187,23 @@ void Decoder::attention_block(int64_t layer, std::span<const SeqStep> batch, int
     const SequenceKv& kv = *q.kv;
     for (int64_t i = 0; i < q.n; ++i) {
       const int64_t t = t0 + i, pos = kv.length + i;
-      apply_rope(rope, pos, q_.data() + t * Q, s.heads, Dh);
-      apply_rope(rope, pos, k_.data() + t * KV, s.kv_heads, Dh);
-      const int32_t block = kv.block_of(kind, pos);
+      float* qt = q_.data() + t * Q;
+      apply_rope(rope, pos, qt, s.heads, Dh);
+      if (s.query_temperature_beta != 0.0f) {
+        const float temp =
+            1.0f + s.query_temperature_beta *
+                       std::log(1.0f + std::floor(float(pos) / float(s.query_temperature_base)));
+        for (int64_t j = 0; j < Q; ++j) qt[j] *= temp;
+      }
+      if (!own_kv) continue;  // its source layer already wrote this position
+      apply_rope(rope, pos, k_.data() + t * KV, ls.kv_heads, Dh);
+      const int32_t block = kv.block_of(ls.kind, pos);
       const int64_t row = pos % KvPool::kBlockSize;
       std::memcpy(kv_pool_.keys(layer, block) + row * KV, k_.data() + t * KV, sizeof(float) * KV);
       std::memcpy(kv_pool_.values(layer, block) + row * KV, v_.data() + t * KV, sizeof(float) * KV);
     }
-    p.blocks = kind == AttentionKind::Full ? kv.full.data() : kv.sliding.data();
-    p.first_block = kind == AttentionKind::Full ? 0 : kv.sliding_first;
+    p.blocks = ls.kind == AttentionKind::Full ? kv.full.data() : kv.sliding.data();
+    p.first_block = ls.kind == AttentionKind::Full ? 0 : kv.sliding_first;
     cpu::attention(pool_, q_.data() + t0 * Q, kv.length, q.n, p, attn_.data() + t0 * Q);
     t0 += q.n;
   }
@@ -167,8 +215,8 @@ void Decoder::attention_block(int64_t layer, std::span<const SeqStep> batch, int
 
 void Decoder::mlp_block(int64_t layer, int64_t tokens) {
   const ModelSpec& s = model_.spec;
-  const LayerWeights& lw = model_.weights.layers[layer];
-  const int64_t D = s.hidden, F = s.intermediate;
+  const LayerWeights& lw = model_.weights.layers[size_t(layer)];
+  const int64_t D = s.hidden, F = s.layer[size_t(layer)].intermediate;
   cpu::rmsnorm(h_.data(), lw.mlp_in_norm.data(), tokens, D, s.norm_eps, x_.data());
   linear(pool_, x_.data(), tokens, lw.gate, lw.gate_bias, gate_.data());
   linear(pool_, x_.data(), tokens, lw.up, lw.up_bias, up_.data());
@@ -179,6 +227,25 @@ void Decoder::mlp_block(int64_t layer, int64_t tokens) {
   linear(pool_, gate_.data(), tokens, lw.down, lw.down_bias, out_.data());
   if (!lw.mlp_out_norm.empty())
     cpu::rmsnorm(out_.data(), lw.mlp_out_norm.data(), tokens, D, s.norm_eps, out_.data());
+  cpu::add_inplace(h_.data(), out_.data(), tokens * D);
+}
+
+// Gemma 4: h += norm(proj(gelu(gate(h)) · ple[:, layer]))
+void Decoder::per_layer_block(int64_t layer, int64_t tokens) {
+  const ModelSpec& s = model_.spec;
+  const LayerWeights& lw = model_.weights.layers[size_t(layer)];
+  const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
+  cpu::matmul(pool_, h_.data(), tokens, lw.ple_gate, nullptr, ple_gate_.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* g = ple_gate_.data() + t * P;
+    const float* in = ple_.data() + t * LP + layer * P;
+    if (s.activation == Activation::SiLU)
+      cpu::silu_mul(g, in, P);
+    else
+      cpu::gelu_tanh_mul(g, in, P);
+  }
+  cpu::matmul(pool_, ple_gate_.data(), tokens, lw.ple_proj, nullptr, out_.data());
+  cpu::rmsnorm(out_.data(), lw.ple_out_norm.data(), tokens, D, s.norm_eps, out_.data());
   cpu::add_inplace(h_.data(), out_.data(), tokens * D);
 }
 

@@ -43,15 +43,17 @@ class Decoder {
   void step(std::span<const SeqStep> batch);
 
  private:
+  void per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens);
   void attention_block(int64_t layer, std::span<const SeqStep> batch, int64_t tokens);
   void mlp_block(int64_t layer, int64_t tokens);
+  void per_layer_block(int64_t layer, int64_t tokens);
 
   const Model& model_;
   ThreadPool& pool_;
   KvPool& kv_pool_;
   int64_t max_step_tokens_;
-  RopeTable rope_full_, rope_sliding_;
-  // Scratch for max_step_tokens tokens (T).
+  std::vector<RopeTable> rope_;  // [L]: per layer, since head dims differ (Gemma 4)
+  // Scratch for max_step_tokens tokens (T); Dh and F are the largest of any layer.
   std::vector<float> h_;           // [T, D] residual stream
   std::vector<float> x_;           // [T, D] normed input of a block
   std::vector<float> q_;           // [T, H·Dh]
@@ -61,6 +63,8 @@ class Decoder {
   std::vector<float> out_;         // [T, D]
   std::vector<float> gate_;        // [T, F]
   std::vector<float> up_;          // [T, F]
+  std::vector<float> ple_;         // [T, L·P] Gemma 4 per-layer inputs
+  std::vector<float> ple_gate_;    // [T, P]
   std::vector<float> logit_rows_;  // [T, V] when several rows want logits
 };
 

@@ -8,21 +8,15 @@ namespace tandem {
 
 namespace {
 
-bool has_kind(const ModelSpec& spec, AttentionKind kind) {
-  return std::find(spec.layer_kinds.begin(), spec.layer_kinds.end(), kind) !=
-         spec.layer_kinds.end();
-}
-
 int64_t blocks_for(int64_t positions) {
   return (positions + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
 }
 
 }  // namespace
 
-KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks)
-    : kv_dim_(spec.kv_dim()) {
-  const int64_t counts[2] = {has_kind(spec, AttentionKind::Full) ? full_blocks : 0,
-                             has_kind(spec, AttentionKind::Sliding) ? sliding_blocks : 0};
+KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks) {
+  const int64_t counts[2] = {spec.has_kind(AttentionKind::Full) ? full_blocks : 0,
+                             spec.has_kind(AttentionKind::Sliding) ? sliding_blocks : 0};
   for (int k = 0; k < 2; ++k) {
     if (counts[k] < 0 || counts[k] > INT32_MAX)
       fail("kv pool: invalid block count %lld", (long long)counts[k]);
@@ -33,9 +27,12 @@ KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_block
   }
   layers_.resize(size_t(spec.layers));
   for (int64_t l = 0; l < spec.layers; ++l) {
+    const LayerSpec& ls = spec.layer[size_t(l)];
     Layer& layer = layers_[size_t(l)];
-    layer.kind = spec.layer_kinds[size_t(l)];
-    const size_t n = kinds_[int(layer.kind)].total * size_t(kBlockSize * kv_dim_);
+    layer.source = ls.kv_source;
+    layer.kv_dim = ls.kv_dim();
+    if (ls.kv_source != l) continue;  // reads its source's rows
+    const size_t n = kinds_[int(ls.kind)].total * size_t(kBlockSize * layer.kv_dim);
     layer.k.assign(n, 0.0f);
     layer.v.assign(n, 0.0f);
   }
@@ -48,8 +45,13 @@ int64_t KvPool::sliding_blocks_per_sequence(const ModelSpec& spec, int64_t max_s
 }
 
 size_t KvPool::block_bytes(const ModelSpec& spec, AttentionKind kind) {
-  const size_t layers = size_t(std::count(spec.layer_kinds.begin(), spec.layer_kinds.end(), kind));
-  return layers * 2 * size_t(kBlockSize * spec.kv_dim()) * sizeof(float);
+  size_t bytes = 0;
+  for (int64_t l = 0; l < spec.layers; ++l) {
+    const LayerSpec& ls = spec.layer[size_t(l)];
+    if (ls.kind == kind && ls.kv_source == l)
+      bytes += 2 * size_t(kBlockSize * ls.kv_dim()) * sizeof(float);
+  }
+  return bytes;
 }
 
 int32_t KvPool::allocate(AttentionKind kind) {
@@ -72,8 +74,8 @@ size_t KvPool::bytes() const {
 
 bool kv_reserve(KvPool& pool, const ModelSpec& spec, SequenceKv& seq, int64_t new_length) {
   const int64_t want = blocks_for(new_length);
-  const bool has_full = has_kind(spec, AttentionKind::Full);
-  const bool has_sliding = has_kind(spec, AttentionKind::Sliding);
+  const bool has_full = spec.has_kind(AttentionKind::Full);
+  const bool has_sliding = spec.has_kind(AttentionKind::Sliding);
   const int64_t need_full = has_full ? std::max<int64_t>(0, want - int64_t(seq.full.size())) : 0;
   const int64_t need_sliding =
       has_sliding ? std::max<int64_t>(0, want - seq.sliding_first - int64_t(seq.sliding.size()))

@@ -3,7 +3,8 @@
 // Each attention kind (full, sliding) has its own block pool: full layers
 // keep every position of a sequence, sliding layers only the blocks that a
 // future query can still see. A block holds kBlockSize positions of K and V
-// for every layer of its kind. A sequence's SequenceKv maps its positions to
+// for every layer of its kind that computes its own (KV-shared layers read
+// their source layer's rows). A sequence's SequenceKv maps its positions to
 // blocks (a block table per kind).
 #pragma once
 
@@ -34,31 +35,32 @@ class KvPool {
   void release(AttentionKind kind, int32_t block);
   size_t bytes() const;
 
-  // K / V rows of `block` in `layer`: [kBlockSize, K·Dh] f32.
+  // K / V rows of `block` for `layer` (its source layer's storage when it is
+  // KV-shared): [kBlockSize, K·Dh] f32.
   float* keys(int64_t layer, int32_t block) {
-    return layers_[layer].k.data() + offset(layer, block);
+    return source(layer).k.data() + offset(layer, block);
   }
   float* values(int64_t layer, int32_t block) {
-    return layers_[layer].v.data() + offset(layer, block);
+    return source(layer).v.data() + offset(layer, block);
   }
-  const float* keys(int64_t layer) const { return layers_[layer].k.data(); }
-  const float* values(int64_t layer) const { return layers_[layer].v.data(); }
-  AttentionKind kind_of(int64_t layer) const { return layers_[layer].kind; }
+  const float* keys(int64_t layer) { return source(layer).k.data(); }
+  const float* values(int64_t layer) { return source(layer).v.data(); }
 
  private:
+  struct Layer {
+    int64_t source = 0;       // layer whose storage this one reads
+    int64_t kv_dim = 0;       // K·Dh
+    std::vector<float> k, v;  // [blocks of kind, kBlockSize, K·Dh]; empty when shared
+  };
+  Layer& source(int64_t layer) { return layers_[size_t(layers_[size_t(layer)].source)]; }
   size_t offset(int64_t layer, int32_t block) const {
-    return size_t(block) * size_t(kBlockSize * kv_dim_);
+    return size_t(block) * size_t(kBlockSize * layers_[size_t(layer)].kv_dim);
   }
 
   struct Kind {
     size_t total = 0;
     std::vector<int32_t> free;  // LIFO free list
   };
-  struct Layer {
-    AttentionKind kind;
-    std::vector<float> k, v;  // [blocks of kind, kBlockSize, K·Dh]
-  };
-  int64_t kv_dim_;
   Kind kinds_[2];
   std::vector<Layer> layers_;
 };

@@ -67,22 +67,29 @@ class WeightReader {
 
 LayerWeights read_layer(const WeightReader& r, const ModelSpec& s, int64_t i) {
   const std::string p = r.prefix() + "layers." + std::to_string(i) + ".";
-  const int64_t D = s.hidden, Q = s.q_dim(), KV = s.kv_dim(), F = s.intermediate;
+  const LayerSpec& ls = s.layer[size_t(i)];
+  const int64_t D = s.hidden, Q = ls.q_dim(s.heads), KV = ls.kv_dim(), F = ls.intermediate,
+                Dh = ls.head_dim;
+  const bool own_kv = ls.kv_source == i;  // KV-shared layers have no k/v projections
   LayerWeights l;
   l.attn_in_norm = r.norm(p + "input_layernorm.weight", D);
   l.q = r.matrix(p + "self_attn.q_proj.weight", Q, D);
-  l.k = r.matrix(p + "self_attn.k_proj.weight", KV, D);
-  l.v = r.matrix(p + "self_attn.v_proj.weight", KV, D);
+  if (own_kv) {
+    l.k = r.matrix(p + "self_attn.k_proj.weight", KV, D);
+    if (!ls.k_eq_v) l.v = r.matrix(p + "self_attn.v_proj.weight", KV, D);
+  }
   l.o = r.matrix(p + "self_attn.o_proj.weight", D, Q);
   if (s.qkv_bias) {
     l.q_bias = r.vec(p + "self_attn.q_proj.bias", Q);
-    l.k_bias = r.vec(p + "self_attn.k_proj.bias", KV);
-    l.v_bias = r.vec(p + "self_attn.v_proj.bias", KV);
+    if (own_kv) {
+      l.k_bias = r.vec(p + "self_attn.k_proj.bias", KV);
+      if (!ls.k_eq_v) l.v_bias = r.vec(p + "self_attn.v_proj.bias", KV);
+    }
   }
   if (s.o_bias) l.o_bias = r.vec(p + "self_attn.o_proj.bias", D);
   if (s.qk_norm) {
-    l.q_norm = r.norm(p + "self_attn.q_norm.weight", s.head_dim);
-    l.k_norm = r.norm(p + "self_attn.k_norm.weight", s.head_dim);
+    l.q_norm = r.norm(p + "self_attn.q_norm.weight", Dh);
+    if (own_kv) l.k_norm = r.norm(p + "self_attn.k_norm.weight", Dh);
   }
   if (s.sandwich_norms) {
     l.attn_out_norm = r.norm(p + "post_attention_layernorm.weight", D);
@@ -99,6 +106,12 @@ LayerWeights read_layer(const WeightReader& r, const ModelSpec& s, int64_t i) {
     l.up_bias = r.vec(p + "mlp.up_proj.bias", F);
     l.down_bias = r.vec(p + "mlp.down_proj.bias", D);
   }
+  if (s.ple_dim > 0) {
+    l.ple_gate = r.matrix(p + "per_layer_input_gate.weight", s.ple_dim, D);
+    l.ple_proj = r.matrix(p + "per_layer_projection.weight", D, s.ple_dim);
+    l.ple_out_norm = r.norm(p + "post_per_layer_input_norm.weight", D);
+  }
+  if (s.layer_scalars) l.scalar = r.vec(p + "layer_scalar", 1)[0];
   return l;
 }
 
@@ -125,6 +138,15 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
   w.layers.reserve(size_t(s.layers));
   for (int64_t i = 0; i < s.layers; ++i) w.layers.push_back(read_layer(r, s, i));
   w.final_norm = r.norm(r.prefix() + "norm.weight", s.hidden);
+  if (s.ple_dim > 0) {
+    w.ple_embed =
+        r.tensor(r.prefix() + "embed_tokens_per_layer.weight", {s.ple_vocab, s.layers * s.ple_dim});
+    w.ple_embed_scale = round_to_dtype(std::sqrt(float(s.ple_dim)), w.ple_embed.dtype);
+    w.ple_model_proj =
+        r.matrix(r.prefix() + "per_layer_model_projection.weight", s.layers * s.ple_dim, s.hidden);
+    // per_layer_projection_norm is an RMSNorm of the model's own style.
+    w.ple_proj_norm = r.norm(r.prefix() + "per_layer_projection_norm.weight", s.ple_dim);
+  }
   w.head = s.tied_embeddings ? WeightMatrix{w.embed.dtype, w.embed.data, s.vocab, s.hidden}
                              : read_head(model->checkpoint, r, s);
   return model;

@@ -23,7 +23,14 @@ enum class NormStyle : uint8_t {
 
 enum class Activation : uint8_t { SiLU, GeluTanh };
 
-enum class RopeType : uint8_t { Default, Linear, Llama3, Yarn };
+enum class RopeType : uint8_t {
+  Default,
+  Linear,
+  Llama3,
+  Yarn,
+  Proportional,  // Gemma 4: the first partial_rotary_factor of the frequencies rotate, over the
+                 // whole head
+};
 
 enum class AttentionKind : uint8_t { Full, Sliding };
 
@@ -43,15 +50,30 @@ struct RopeSpec {
   double partial_rotary_factor = 1.0;
 };
 
+// What differs from layer to layer (Gemma 4 varies all of these).
+struct LayerSpec {
+  AttentionKind kind = AttentionKind::Full;
+  int64_t head_dim = 0;      // Dh of this layer
+  int64_t kv_heads = 0;      // K of this layer
+  int64_t intermediate = 0;  // F of this layer (Gemma 4 doubles it on KV-shared layers)
+  int64_t kv_source = 0;     // layer whose keys/values this layer attends over: itself, or
+                          // the last earlier layer of the same kind that has its own (KV sharing)
+  bool k_eq_v = false;  // values are the key projection (Gemma 4 attention_k_eq_v, full layers)
+
+  int64_t q_dim(int64_t heads) const { return heads * head_dim; }  // H·Dh
+  int64_t kv_dim() const { return kv_heads * head_dim; }           // K·Dh
+};
+
 struct ModelSpec {
-  std::string arch;          // config model_type: llama, qwen2, qwen3, gemma3_text
+  std::string
+      arch;  // normalized model_type: llama, qwen2, qwen3, gemma3_text, gemma4_text, ministral3
   int64_t vocab = 0;         // V
   int64_t hidden = 0;        // D
   int64_t layers = 0;        // L
-  int64_t heads = 0;         // H
-  int64_t kv_heads = 0;      // K (H % K == 0)
-  int64_t head_dim = 0;      // Dh
-  int64_t intermediate = 0;  // F
+  int64_t heads = 0;         // H (same on every layer)
+  int64_t kv_heads = 0;      // config's K; per-layer values are in layer[]
+  int64_t head_dim = 0;      // config's Dh; per-layer values are in layer[]
+  int64_t intermediate = 0;  // config's F; per-layer values are in layer[]
   int64_t max_position = 0;  // max_position_embeddings
   float norm_eps = 1e-6f;
   NormStyle norm_style = NormStyle::Weight;
@@ -59,25 +81,37 @@ struct ModelSpec {
   bool qkv_bias = false;          // q/k/v projections have biases (Qwen2, Llama attention_bias)
   bool o_bias = false;            // o projection has a bias (Llama attention_bias)
   bool mlp_bias = false;          // gate/up/down have biases (Llama mlp_bias)
-  bool qk_norm = false;           // RMSNorm over Dh on q and k before RoPE (Qwen3, Gemma 3)
+  bool qk_norm = false;           // RMSNorm over Dh on q and k before RoPE (Qwen3, Gemma 3/4)
+  bool v_norm = false;            // weightless RMSNorm over Dh on v (Gemma 4)
   bool sandwich_norms = false;    // extra norms after attention and after the MLP (Gemma)
   bool scale_embeddings = false;  // h = E[id] · sqrt(D), the scale rounded to E's dtype (Gemma)
   bool tied_embeddings = false;   // the head is E itself
-  float attn_scale = 0.0f;        // score multiplier: Dh^-0.5 or query_pre_attn_scalar^-0.5
-  float attn_softcap = 0.0f;      // 0 = off; else scores = c · tanh(scores / c)
-  float final_softcap = 0.0f;     // 0 = off; else logits = c · tanh(logits / c)
-  int64_t sliding_window = 0;     // keys visible to a sliding layer, itself included
-  std::vector<AttentionKind> layer_kinds;  // [L]
-  RopeSpec rope_full;                      // RoPE of full-attention layers
-  RopeSpec rope_sliding;                   // RoPE of sliding layers (Gemma: local base frequency)
-  std::vector<int32_t> eos_ids;            // generation stops on any of these
-  int32_t bos_id = -1;                     // -1 = none
+  bool layer_scalars = false;     // h *= layer_scalar[l] after each layer (Gemma 4)
+  int64_t ple_dim = 0;            // per-layer embedding width (Gemma 4 PLE); 0 = none
+  int64_t ple_vocab = 0;          // rows of the per-layer embedding table
+  float attn_scale = 0.0f;  // score multiplier: Dh^-0.5, query_pre_attn_scalar^-0.5, or 1 (Gemma 4)
+  float attn_softcap = 0.0f;   // 0 = off; else scores = c · tanh(scores / c)
+  float final_softcap = 0.0f;  // 0 = off; else logits = c · tanh(logits / c)
+  float query_temperature_beta =
+      0.0f;  // Llama 4 / Ministral 3: q *= 1 + beta·ln(1 + floor(pos / base))
+  int64_t query_temperature_base = 0;
+  int64_t sliding_window = 0;    // keys visible to a sliding layer, itself included
+  std::vector<LayerSpec> layer;  // [L]
+  RopeSpec rope_full;            // RoPE of full-attention layers
+  RopeSpec rope_sliding;         // RoPE of sliding layers (Gemma: local base frequency)
+  std::vector<int32_t> eos_ids;  // generation stops on any of these
+  int32_t bos_id = -1;           // -1 = none
 
-  int64_t q_dim() const { return heads * head_dim; }      // H·Dh
-  int64_t kv_dim() const { return kv_heads * head_dim; }  // K·Dh
-  const RopeSpec& rope_for(int64_t layer) const {
-    return layer_kinds[layer] == AttentionKind::Sliding ? rope_sliding : rope_full;
+  const RopeSpec& rope_for(int64_t l) const {
+    return layer[size_t(l)].kind == AttentionKind::Sliding ? rope_sliding : rope_full;
   }
+  bool has_kind(AttentionKind k) const {
+    for (const auto& l : layer)
+      if (l.kind == k) return true;
+    return false;
+  }
+  int64_t max_head_dim() const;
+  int64_t max_intermediate() const;
 };
 
 // Reads config.json (and generation_config.json when present) of a checkpoint
@@ -93,8 +127,9 @@ ModelSpec parse_model_spec(const std::string& config_json_text, const std::strin
 using Vec = std::vector<float>;
 
 struct LayerWeights {
-  Vec attn_in_norm;            // [D]   input_layernorm
-  WeightMatrix q, k, v;        // [H·Dh, D], [K·Dh, D], [K·Dh, D]
+  Vec attn_in_norm;  // [D]   input_layernorm
+  WeightMatrix q, k,
+      v;  // [H·Dh, D], [K·Dh, D], [K·Dh, D]; k and v empty on KV-shared layers, v on k_eq_v
   Vec q_bias, k_bias, v_bias;  // [H·Dh], [K·Dh], [K·Dh] or empty
   Vec q_norm, k_norm;          // [Dh] or empty
   WeightMatrix o;              // [D, H·Dh]
@@ -105,6 +140,10 @@ struct LayerWeights {
   WeightMatrix down;      // [D, F]
   Vec gate_bias, up_bias, down_bias;  // or empty
   Vec mlp_out_norm;                   // [D] Gemma post_feedforward_layernorm, or empty
+  WeightMatrix ple_gate;              // [P, D] Gemma 4 per_layer_input_gate, or empty
+  WeightMatrix ple_proj;              // [D, P] per_layer_projection
+  Vec ple_out_norm;                   // [D]    post_per_layer_input_norm
+  float scalar = 1.0f;                // Gemma 4 layer_scalar
 };
 
 struct Weights {
@@ -113,6 +152,11 @@ struct Weights {
   Vec final_norm;                    // [D]
   WeightMatrix head;                 // [V, D]; the embedding itself when tied
   float embed_scale = 1.0f;          // sqrt(D) rounded to embed's dtype, or 1
+  // Gemma 4 per-layer embeddings (P = ple_dim), or empty.
+  TensorView ple_embed;          // [ple_vocab, L·P]
+  float ple_embed_scale = 1.0f;  // sqrt(P) rounded to ple_embed's dtype
+  WeightMatrix ple_model_proj;   // [L·P, D] per_layer_model_projection
+  Vec ple_proj_norm;             // [P]      per_layer_projection_norm
 };
 
 // A loaded model: spec + weights viewing the mmapped checkpoint.

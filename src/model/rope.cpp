@@ -61,7 +61,25 @@ void scale_yarn(const RopeSpec& s, int64_t dim, std::vector<float>& inv, float* 
 
 }  // namespace
 
+// Gemma 4's full layers: the first partial_rotary_factor of the head_dim / 2
+// frequencies rotate (exponents over the whole head_dim), the rest are zero,
+// and the rotation pairs dims across the whole head.
+static RopeTable make_proportional_table(const RopeSpec& spec, int64_t head_dim) {
+  RopeTable t;
+  t.rotary_dim = head_dim;
+  const int64_t angles = int64_t(spec.partial_rotary_factor * double(head_dim) / 2.0);
+  t.inv_freq.assign(size_t(head_dim / 2), 0.0f);
+  for (int64_t i = 0; i < angles && i < head_dim / 2; ++i)
+    t.inv_freq[size_t(i)] = 1.0f / std::pow(float(spec.theta), float(2 * i) / float(head_dim));
+  if (spec.factor > 0)
+    for (float& f : t.inv_freq) f /= float(spec.factor);
+  return t;
+}
+
 RopeTable make_rope_table(const RopeSpec& spec, int64_t head_dim) {
+  if (head_dim > 1024)
+    fail("rope: head_dim %lld is larger than the supported 1024", (long long)head_dim);
+  if (spec.type == RopeType::Proportional) return make_proportional_table(spec, head_dim);
   RopeTable t;
   t.rotary_dim = int64_t(double(head_dim) * spec.partial_rotary_factor);
   t.rotary_dim -= t.rotary_dim % 2;
@@ -83,13 +101,14 @@ RopeTable make_rope_table(const RopeSpec& spec, int64_t head_dim) {
       break;
     case RopeType::Llama3: scale_llama3(spec, t.inv_freq); break;
     case RopeType::Yarn: scale_yarn(spec, t.rotary_dim, t.inv_freq, &t.attention_scaling); break;
+    case RopeType::Proportional: break;  // handled above
   }
   return t;
 }
 
 void apply_rope(const RopeTable& table, int64_t pos, float* x, int64_t n_heads, int64_t head_dim) {
   const int64_t half = table.rotary_dim / 2;
-  float cos_buf[512], sin_buf[512];
+  float cos_buf[512], sin_buf[512];  // half of the largest head_dim make_rope_table accepts
   for (int64_t i = 0; i < half; ++i) {
     float angle = float(pos) * table.inv_freq[i];
     cos_buf[i] = std::cos(angle) * table.attention_scaling;

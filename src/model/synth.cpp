@@ -76,26 +76,29 @@ uint64_t synth_checkpoint(const std::string& config_path, const std::string& out
   const bool multimodal = nlohmann::json::parse(text).contains("text_config");
   const std::string p = multimodal ? "model.language_model." : "model.";
   const float norm_center = s.norm_style == NormStyle::OnePlusWeight ? 0.0f : 1.0f;
-  const int64_t D = s.hidden, Q = s.q_dim(), KV = s.kv_dim(), F = s.intermediate;
+  const int64_t D = s.hidden;
 
   Writer w(dtype, seed);
   w.add(p + "embed_tokens.weight", {s.vocab, D}, 0.0f, 0.5f);
   for (int64_t i = 0; i < s.layers; ++i) {
+    const LayerSpec& ls = s.layer[size_t(i)];
+    const int64_t Q = ls.q_dim(s.heads), KV = ls.kv_dim(), F = ls.intermediate;
+    const bool own_kv = ls.kv_source == i;
     const std::string l = p + "layers." + std::to_string(i) + ".";
     w.add(l + "input_layernorm.weight", {D}, norm_center, 0.1f);
     w.matrix(l + "self_attn.q_proj.weight", Q, D);
-    w.matrix(l + "self_attn.k_proj.weight", KV, D);
-    w.matrix(l + "self_attn.v_proj.weight", KV, D);
+    if (own_kv) w.matrix(l + "self_attn.k_proj.weight", KV, D);
+    if (own_kv && !ls.k_eq_v) w.matrix(l + "self_attn.v_proj.weight", KV, D);
     w.matrix(l + "self_attn.o_proj.weight", D, Q);
     if (s.qkv_bias) {
       w.add(l + "self_attn.q_proj.bias", {Q}, 0.0f, 0.1f);
-      w.add(l + "self_attn.k_proj.bias", {KV}, 0.0f, 0.1f);
-      w.add(l + "self_attn.v_proj.bias", {KV}, 0.0f, 0.1f);
+      if (own_kv) w.add(l + "self_attn.k_proj.bias", {KV}, 0.0f, 0.1f);
+      if (own_kv && !ls.k_eq_v) w.add(l + "self_attn.v_proj.bias", {KV}, 0.0f, 0.1f);
     }
     if (s.o_bias) w.add(l + "self_attn.o_proj.bias", {D}, 0.0f, 0.1f);
     if (s.qk_norm) {
-      w.add(l + "self_attn.q_norm.weight", {s.head_dim}, norm_center, 0.1f);
-      w.add(l + "self_attn.k_norm.weight", {s.head_dim}, norm_center, 0.1f);
+      w.add(l + "self_attn.q_norm.weight", {ls.head_dim}, norm_center, 0.1f);
+      if (own_kv) w.add(l + "self_attn.k_norm.weight", {ls.head_dim}, norm_center, 0.1f);
     }
     w.add(l + "post_attention_layernorm.weight", {D}, norm_center, 0.1f);
     if (s.sandwich_norms) {
@@ -110,8 +113,19 @@ uint64_t synth_checkpoint(const std::string& config_path, const std::string& out
       w.add(l + "mlp.up_proj.bias", {F}, 0.0f, 0.1f);
       w.add(l + "mlp.down_proj.bias", {D}, 0.0f, 0.1f);
     }
+    if (s.ple_dim > 0) {
+      w.matrix(l + "per_layer_input_gate.weight", s.ple_dim, D);
+      w.matrix(l + "per_layer_projection.weight", D, s.ple_dim);
+      w.add(l + "post_per_layer_input_norm.weight", {D}, norm_center, 0.1f);
+    }
+    if (s.layer_scalars) w.add(l + "layer_scalar", {1}, 1.0f, 0.0f);
   }
   w.add(p + "norm.weight", {D}, norm_center, 0.1f);
+  if (s.ple_dim > 0) {
+    w.add(p + "embed_tokens_per_layer.weight", {s.ple_vocab, s.layers * s.ple_dim}, 0.0f, 0.5f);
+    w.matrix(p + "per_layer_model_projection.weight", s.layers * s.ple_dim, D);
+    w.add(p + "per_layer_projection_norm.weight", {s.ple_dim}, norm_center, 0.1f);
+  }
   if (!s.tied_embeddings) w.matrix("lm_head.weight", s.vocab, D);
 
   std::filesystem::create_directories(out_dir);

@@ -14,7 +14,10 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, 
     float ss = dot(row, row, dim);
     float inv = 1.0f / std::sqrt(ss / float(dim) + eps);
     float* out = y + t * dim;
-    for (int64_t i = 0; i < dim; ++i) out[i] = row[i] * inv * w[i];
+    if (w)
+      for (int64_t i = 0; i < dim; ++i) out[i] = row[i] * inv * w[i];
+    else
+      for (int64_t i = 0; i < dim; ++i) out[i] = row[i] * inv;
   }
 }
 

@@ -9,7 +9,8 @@
 namespace tandem::cpu {
 
 // y[t] = x[t] · rsqrt(mean(x[t]²) + eps) · w  for each of n rows of `dim`
-// floats (in place allowed). w already includes Gemma's +1.
+// floats (in place allowed). w already includes Gemma's +1; null w means
+// no weight (Gemma 4's v_norm).
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
 
 // gate[i] = act(gate[i]) · up[i] for i < n.
