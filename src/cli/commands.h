@@ -13,5 +13,6 @@ Runner add_run_command(CLI::App& app);
 Runner add_logits_command(CLI::App& app);
 Runner add_synth_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
+Runner add_serve_command(CLI::App& app);
 
 }  // namespace tandem::cli

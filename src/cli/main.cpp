@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add(tandem::cli::add_logits_command);
   add(tandem::cli::add_synth_command);
   add(tandem::cli::add_bench_command);
+  add(tandem::cli::add_serve_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

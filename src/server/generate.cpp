@@ -1,0 +1,320 @@
+// POST /v1/completions and /v1/chat/completions: validate, build the prompt,
+// submit to the engine, and answer with one JSON body or a server-sent-event
+// stream — watching the client all along, so that no request outlives it.
+//
+// Outcome -> HTTP (docs/api.md):
+//  - admission refused: the engine's status (400 naming the param, 503 with
+//    Retry-After);
+//  - non-stream: Stop/Length/Cancelled -> 200 with the output; Error -> 500
+//    internal_error; Timeout -> 504 timeout (partial output is discarded: a
+//    failed request is never presented as a success);
+//  - stream: the handler waits for the request's first event before sending
+//    headers, so a request that fails before its first token gets a real
+//    HTTP status (500/504) too; later failures end the stream with
+//    finish_reason "error", `data: {"error": …}` and `data: [DONE]`.
+#include <httplib.h>
+
+#include <chrono>
+#include <random>
+
+#include "server/connection_probe.h"
+#include "server/openai_response.h"
+#include "server/server_state.h"
+
+namespace tandem::server {
+
+namespace {
+
+// How often a waiting handler checks that its client is still there.
+constexpr double kPollSeconds = 0.05;
+// Events gathered into one socket write when a stream has fallen behind.
+constexpr int kMaxEventsPerWrite = 64;
+// Status recorded (metrics, log) for a response whose client left: nginx's
+// "client closed request". Nobody receives it.
+constexpr int kClientGone = 499;
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t unix_now() {
+  using namespace std::chrono;
+  return duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_id(const char* prefix) {
+  static constexpr char kAlphabet[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = prefix;
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof kAlphabet - 1)];
+  return id;
+}
+
+// The prompt's token ids. The two places marked TOKENIZER are the whole of
+// what the tokenizer integration replaces (see prompt_builder.h).
+std::vector<int32_t> build_prompt(ServerState& s, const OpenAIRequest& r) {
+  PromptBuilder* builder = s.builder.load();
+  if (r.endpoint == Endpoint::Chat) {
+    // VISION: no vision lane yet; images are refused before any work.
+    if (r.has_images)
+      throw unsupported("messages",
+                        "this server has no vision lane yet: image_url content parts are not "
+                        "supported");
+    // TOKENIZER: chat needs the chat template and the tokenizer. UNFINISHED
+    // until the tokenizer branch lands and cmd_serve.cpp passes a builder.
+    if (!builder)
+      throw ApiError(400, "no_chat_template", "messages",
+                     "this model has no chat template/tokenizer loaded (tandem's tokenizer is not "
+                     "merged yet); use /v1/completions with a prompt of token ids");
+    return builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs);
+  }
+  if (r.prompt_text) {
+    // TOKENIZER: a text prompt needs the tokenizer. UNFINISHED until the
+    // tokenizer branch lands.
+    if (!builder)
+      throw ApiError(400, "no_tokenizer", "prompt",
+                     "this model has no tokenizer loaded yet, so 'prompt' must be an array of "
+                     "token ids, e.g. [1, 2, 3]");
+    return builder->text_prompt(*r.prompt_text);
+  }
+  return r.prompt_ids;
+}
+
+// The engine's refusal as an API error; `prompt_param` names the prompt
+// field of this endpoint.
+ApiError admission_error(const AdmissionError& e, const std::string& prompt_param) {
+  const std::string msg = e.what();
+  if (e.status == 503) {
+    const char* code = msg.find("shutting down") != std::string::npos ? "shutting_down"
+                       : msg.find("stalled") != std::string::npos     ? "engine_unhealthy"
+                                                                      : "server_overloaded";
+    return ApiError(503, code, "", msg);
+  }
+  std::string param = e.param;
+  if (param == "messages" || param == "prompt") param = prompt_param;
+  const char* code =
+      msg.find("context") != std::string::npos ? "context_length_exceeded" : "invalid_value";
+  return ApiError(e.status, code, param, msg);
+}
+
+// One accepted request, from submit until its response is complete. For a
+// stream it is owned by the content provider, so it lives as long as httplib
+// writes the stream.
+struct ActiveRequest {
+  ServerState& s;
+  InFlight in_flight;
+  std::shared_ptr<RequestHandle> handle;
+  RegistryEntry entry;
+  ConnectionProbe probe;
+  ResponseContext ctx;
+  double start, last_probe, last_token = -1;
+  std::optional<GenerationEvent> pending;  // a stream's first event, read before the headers
+  bool first_chunk = true;
+  size_t text_offset = 0;
+
+  ActiveRequest(ServerState& state, std::shared_ptr<RequestHandle> h, ResponseContext c,
+                ConnectionProbe p, double t0)
+      : s(state),
+        in_flight(state),
+        handle(h),
+        entry(state.registry, c.id, h),
+        probe(p),
+        ctx(std::move(c)),
+        start(t0),
+        last_probe(now_s()) {}
+  // Whatever path ends the response (an exception included), a request
+  // nobody will read is not left running.
+  ~ActiveRequest() {
+    if (!handle->finished()) handle->cancel();
+  }
+  ActiveRequest(const ActiveRequest&) = delete;
+  ActiveRequest& operator=(const ActiveRequest&) = delete;
+
+  // The next event, waiting in short slices. Cancels the request and returns
+  // nullopt when the client has gone or the server is stopping.
+  std::optional<GenerationEvent> next(bool block = true) {
+    for (;;) {
+      std::optional<GenerationEvent> e = handle->next(block ? kPollSeconds : 0.0);
+      const double now = now_s();
+      // Probe on a clock, not only when idle: a client can leave while
+      // tokens flow.
+      if (now - last_probe >= kPollSeconds || !e) {
+        last_probe = now;
+        if (probe.peer_closed() || s.hard_stop.load()) {
+          handle->cancel();
+          return std::nullopt;
+        }
+      }
+      if (e) {
+        observe(*e, now);
+        return e;
+      }
+      if (!block) return std::nullopt;
+    }
+  }
+
+  void observe(const GenerationEvent& e, double now) {
+    if (!e.ids.empty()) {
+      if (last_token < 0) {
+        s.metrics.observe_ttft(now - start);
+      } else {
+        const double per = (now - last_token) / double(e.ids.size());
+        for (size_t i = 0; i < e.ids.size(); ++i) s.metrics.observe_inter_token(per);
+      }
+      last_token = now;
+    }
+    if (e.finish != FinishReason::None) {
+      s.metrics.observe_request(now - start);
+      s.metrics.count_finish(finish_reason_name(e.finish));
+    }
+  }
+
+  // Appends the SSE chunks of one event; true at the end of the stream.
+  bool append(const GenerationEvent& e, std::string& out) {
+    if (!e.ids.empty() || !e.text.empty()) {
+      out += sse_event(token_chunk_json(ctx, e, first_chunk, text_offset));
+      first_chunk = false;
+      text_offset += e.text.size();
+    }
+    if (e.finish == FinishReason::None) return false;
+    out += sse_event(final_chunk_json(ctx, e.finish, first_chunk));
+    if (ctx.include_usage)
+      out += sse_event(usage_chunk_json(ctx, e.prompt_tokens, e.completion_tokens));
+    if (e.finish == FinishReason::Error || e.finish == FinishReason::Timeout)
+      out += sse_event(outcome_error(e.finish, e.error).body());
+    out += kSseDone;
+    return true;
+  }
+
+  // httplib's chunked content provider: writes what is available (at least
+  // one event), returns false to abort the stream.
+  bool pump(httplib::DataSink& sink) {
+    std::string out;
+    bool end = false;
+    for (int i = 0; i < kMaxEventsPerWrite && !end; ++i) {
+      std::optional<GenerationEvent> e;
+      if (pending) {
+        e = std::move(pending);
+        pending.reset();
+      } else {
+        e = next(/*block=*/out.empty());
+      }
+      if (!e) {
+        if (out.empty()) return false;  // client gone or server stopping: cancelled
+        break;
+      }
+      end = append(*e, out);
+    }
+    if (!sink.write(out.data(), out.size())) {
+      handle->cancel();
+      return false;
+    }
+    if (end) sink.done();
+    return true;
+  }
+};
+
+void answer_whole(ActiveRequest& a, httplib::Response& res) {
+  Generation g;
+  for (;;) {
+    std::optional<GenerationEvent> e = a.next();
+    if (!e) {
+      res.status = kClientGone;
+      return;
+    }
+    g.add(*e);
+    if (e->finish != FinishReason::None) break;
+  }
+  if (g.finish == FinishReason::Error || g.finish == FinishReason::Timeout)
+    throw outcome_error(g.finish, g.error);
+  res.status = 200;
+  res.set_content(dump_json(response_json(a.ctx, g)), "application/json");
+}
+
+void answer_stream(const std::shared_ptr<ActiveRequest>& a, httplib::Response& res) {
+  std::optional<GenerationEvent> first = a->next();
+  if (!first) {
+    res.status = kClientGone;
+    return;
+  }
+  const bool failed =
+      first->finish == FinishReason::Error || first->finish == FinishReason::Timeout;
+  if (failed && first->ids.empty() && first->text.empty())
+    throw outcome_error(first->finish, first->error);
+  a->pending = std::move(first);
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");  // proxies: do not buffer the stream
+  res.set_chunked_content_provider(
+      "text/event-stream", [a](size_t, httplib::DataSink& sink) { return a->pump(sink); },
+      [a](bool success) {
+        if (!success) a->handle->cancel();
+      });
+}
+
+}  // namespace
+
+void write_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.retry_after_s() > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s()));
+  res.set_content(dump_json(e.body()), "application/json");
+}
+
+void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request& req,
+                       httplib::Response& res) {
+  const double start = now_s();
+  const json body = parse_json_body(req.body);
+  // The model first: a request for another model is answered 404 whatever
+  // else is wrong with it, as OpenAI does.
+  if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) throw invalid_type("model", "a string");
+    if (it->get<std::string>() != s.options.served_model_name)
+      throw ApiError(404, "model_not_found", "model",
+                     "the model '" + it->get<std::string>() +
+                         "' does not exist; this server serves '" + s.options.served_model_name +
+                         "'");
+  }
+  const double max_timeout = s.options.max_request_timeout_s;
+  const OpenAIRequest r = endpoint == Endpoint::Chat ? parse_chat_request(body, max_timeout)
+                                                     : parse_completion_request(body, max_timeout);
+
+  if (s.draining.load()) throw unavailable("shutting_down", "the server is shutting down");
+  Engine* engine = s.engine.load();
+  if (!engine) throw unavailable("model_loading", "the model is still loading; retry shortly");
+
+  const std::string prompt_param = endpoint == Endpoint::Chat ? "messages" : "prompt";
+  std::vector<int32_t> prompt = build_prompt(s, r);
+  if (int64_t(prompt.size()) >= engine->max_context())
+    throw ApiError(400, "context_length_exceeded", prompt_param,
+                   "the prompt is " + std::to_string(prompt.size()) +
+                       " tokens but the context holds " + std::to_string(engine->max_context()) +
+                       " (prompt and generated tokens together); shorten the prompt");
+
+  // Bound to the request before submit, so a client that is already gone
+  // still gets its request cancelled.
+  ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_port);
+  std::shared_ptr<RequestHandle> handle;
+  try {
+    handle = engine->submit(std::move(prompt), r.params);
+  } catch (const AdmissionError& e) {
+    throw admission_error(e, prompt_param);
+  }
+
+  ResponseContext ctx;
+  ctx.endpoint = endpoint;
+  ctx.id = random_id(endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-");
+  ctx.created = unix_now();
+  ctx.model = s.options.served_model_name;
+  ctx.logprobs = r.logprobs;
+  ctx.include_usage = r.include_usage;
+  auto active = std::make_shared<ActiveRequest>(s, handle, std::move(ctx), probe, start);
+  res.set_header("X-Request-Id", handle->id());
+  if (r.stream)
+    answer_stream(active, res);
+  else
+    answer_whole(*active, res);
+}
+
+}  // namespace tandem::server

@@ -1,0 +1,61 @@
+// OpenAI request bodies -> validated requests.
+//
+// Contract: every field the server understands is checked for type and range,
+// and a bad one throws ApiError 400 naming it in `param` (nested fields as
+// `messages[2].content[0].text`); unknown fields are ignored (clients send
+// extras). Fields that would silently change the meaning of a request if
+// ignored (`echo`, `best_of` > 1, `suffix`, `logit_bias`, `n` != 1) are
+// refused instead. The full field table is in docs/api.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/errors.h"
+
+namespace tandem::server {
+
+enum class Endpoint { Completions, Chat };
+
+struct OpenAIRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  std::optional<std::string> model;  // absent: the served model
+
+  // Completions: the prompt is token ids, or text (which needs a tokenizer).
+  std::vector<int32_t> prompt_ids;
+  std::optional<std::string> prompt_text;
+
+  // Chat: validated as described in prompt_builder.h; null when absent.
+  json messages;
+  json tools;
+  json chat_template_kwargs;
+  bool has_images = false;  // some message has an image_url part
+
+  // Sampling, max_tokens, stop, logprobs, ignore_eos, timeout. max_tokens is
+  // the requested value (default 16 for completions, "until the context is
+  // full" for chat), clipped to INT32_MAX; the engine stops at the end of the
+  // context with finish_reason "length" either way.
+  GenerationParams params;
+  bool seed_given = false;
+
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+
+  // Logprobs as the client asked for them. Completions: `logprobs` is the
+  // number of alternatives (0..20). Chat: `logprobs` true, `top_logprobs`
+  // 0..20. Either way params.top_logprobs is -1 (off) or the count.
+  bool logprobs = false;
+};
+
+// Parses the raw body: it must be valid UTF-8 JSON holding an object.
+// Throws ApiError 400 (invalid_utf8 / invalid_json / invalid_type).
+json parse_json_body(const std::string& body);
+
+// Validate a parsed body. `max_timeout_s` clips the per-request `timeout`.
+OpenAIRequest parse_completion_request(const json& body, double max_timeout_s);
+OpenAIRequest parse_chat_request(const json& body, double max_timeout_s);
+
+}  // namespace tandem::server

@@ -1,0 +1,87 @@
+// Engine events -> OpenAI response bodies and server-sent-event chunks.
+//
+// Shapes (docs/api.md has examples):
+//  - non-stream: `text_completion` / `chat.completion` with one choice and
+//    `usage`;
+//  - stream: one chunk per engine event with tokens (`text_completion` /
+//    `chat.completion.chunk`; the first chat chunk carries the role), then a
+//    chunk with `finish_reason`, then — with stream_options.include_usage — a
+//    chunk with empty `choices` and `usage`, then `data: [DONE]`. A failure
+//    inside a stream ends with finish_reason "error", the usage chunk (if
+//    asked for), `data: {"error": {...}}`, `data: [DONE]`.
+//
+// Extensions (documented in docs/api.md):
+//  - `choices[0].token_ids`: the generated token ids (in stream chunks: the
+//    ids of that chunk). TEMPORARY role: until the detokenizer lands, `text`
+//    / `content` is always "" and these ids are the output.
+//  - finish_reason "cancelled" for requests cancelled through
+//    POST /v1/requests/{id}/cancel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/errors.h"
+#include "server/openai_request.h"
+
+namespace tandem::server {
+
+inline constexpr const char* kSystemFingerprint = "tandem-0.1.0";
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+// How a token is shown in logprobs. TEMPORARY until the tokenizer lands: the
+// default renders "token_id:<id>" (the convention vLLM uses for
+// return_tokens_as_token_ids); the text layer will supply the token's text.
+using TokenRenderer = std::function<std::string(int32_t)>;
+std::string token_id_text(int32_t id);
+
+struct ResponseContext {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string id;       // "cmpl-…" or "chatcmpl-…"
+  int64_t created = 0;  // unix seconds
+  std::string model;    // the served model name
+  bool logprobs = false;
+  bool include_usage = false;  // streams: stream_options.include_usage
+  TokenRenderer render = token_id_text;
+};
+
+// A request's whole output, accumulated from its events (non-stream).
+struct Generation {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+
+  void add(const GenerationEvent& e);
+};
+
+// "stop", "length", "error" (Error and Timeout), "cancelled" (extension).
+const char* finish_reason_text(FinishReason r);
+
+// The HTTP error a failed request turns into: Error -> 500 internal_error,
+// Timeout -> 504 timeout. Only for those two reasons.
+ApiError outcome_error(FinishReason r, const std::string& engine_message);
+
+json usage_json(int32_t prompt_tokens, int32_t completion_tokens);
+
+// Non-stream body of a request that ended with Stop, Length or Cancelled.
+json response_json(const ResponseContext& ctx, const Generation& g);
+
+// Stream chunks. `first` marks the first chunk of a chat stream (it carries
+// the assistant role).
+json token_chunk_json(const ResponseContext& ctx, const GenerationEvent& e, bool first,
+                      size_t text_offset);
+json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first);
+json usage_chunk_json(const ResponseContext& ctx, int32_t prompt_tokens, int32_t completion_tokens);
+
+// "data: <json>\n\n"
+std::string sse_event(const json& j);
+
+}  // namespace tandem::server
