@@ -174,6 +174,12 @@ std::string raw_exchange(int port, const std::string& request, double timeout_s)
     ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n <= 0) break;
     out.append(buf, size_t(n));
+    // Done once a response with a Content-Length is complete.
+    const size_t head_end = out.find("\r\n\r\n");
+    const size_t cl = out.find("Content-Length: ");
+    if (head_end != std::string::npos && cl != std::string::npos && cl < head_end &&
+        out.size() >= head_end + 4 + std::stoul(out.substr(cl + 16)))
+      break;
   }
   close(fd);
   return out;
