@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libpcre2-dev
-  libcpp-httplib-dev
+  libcpp-httplib-dev libstb-dev libwebp-dev
 )
 
 missing=()
