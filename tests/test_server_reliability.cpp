@@ -234,11 +234,18 @@ TEST(ServerReliability, OverCapacityAnswers503WithRetryAfter) {
 TEST(ServerReliability, ClientDisconnectCancelsAStreamWithinASecond) {
   LiveServer srv(slow_config());
   int fd = open_stream_socket(srv.port(), completion_body({1, 2, 3}, 1500, true));
-  json st = status_of(srv.port());
-  ASSERT_EQ(st["requests"].size(), 1u);
-  EXPECT_EQ(st["requests"][0]["phase"], "decode");
+  // The engine publishes its status once per loop: wait for it to show the
+  // request decoding.
+  json st;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        st = status_of(srv.port());
+        return st["requests"].size() == 1 && st["requests"][0]["phase"] == "decode" &&
+               st["requests"][0]["completion_tokens"] >= 1;
+      },
+      2.0))
+      << st;
   EXPECT_EQ(st["requests"][0]["lane"], "text");
-  EXPECT_GE(st["requests"][0]["completion_tokens"], 1);
   const double t0 = now_s();
   close(fd);
   EXPECT_TRUE(
@@ -314,11 +321,11 @@ TEST(ServerReliability, CancelEndpointEndsAStream) {
 }
 
 TEST(ServerReliability, SigtermDrainsInFlightRequestsAndExitsZero) {
-  ChildServer child({slow_model_dir(), "--threads", "1", "--shutdown-grace", "20"});
+  ChildServer child({slow_model_dir(), "--threads", "1", "--shutdown-grace", "30"});
   ASSERT_TRUE(child.ready()) << child.log();
   SseResult s;
   std::thread reader([&] {
-    s = post_stream(child.port(), "/v1/completions", completion_body({1, 2, 3}, 300, true));
+    s = post_stream(child.port(), "/v1/completions", completion_body({1, 2, 3}, 200, true));
   });
   ASSERT_TRUE(wait_until(
       [&] {
@@ -338,9 +345,9 @@ TEST(ServerReliability, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_EQ(s.status, 200);
   EXPECT_TRUE(s.done) << s.raw;
   EXPECT_EQ(s.finish_reason(), "length");
-  EXPECT_EQ(s.ids().size(), 300u);  // the in-flight request completed
-  EXPECT_EQ(child.wait_exit(10.0), 0) << child.log();
-  EXPECT_LT(now_s() - t0, 10.0);
+  EXPECT_EQ(s.ids().size(), 200u);  // the in-flight request completed
+  EXPECT_EQ(child.wait_exit(20.0), 0) << child.log();
+  EXPECT_LT(now_s() - t0, 20.0);
   EXPECT_NE(child.log().find("SIGTERM: draining"), std::string::npos) << child.log();
 }
 
