@@ -31,6 +31,7 @@ trap cleanup EXIT
 # Starts `tandem serve` in the background; sets $port once it is ready.
 start_server() {
   local log=$1; shift
+  : >"$log"  # not the last run's ready line: the child truncates it only once it runs
   "$tandem" serve "$model" --port 0 --threads 1 --api-key test-key --served-model-name node-test "$@" 2>"$log" &
   pids+=($!)
   for _ in $(seq 300); do
