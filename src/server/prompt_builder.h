@@ -17,6 +17,7 @@
 
 namespace tandem::server {
 
+// Called concurrently from HTTP threads: implementations must be thread-safe.
 class PromptBuilder {
  public:
   virtual ~PromptBuilder() = default;
