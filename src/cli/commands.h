@@ -13,5 +13,7 @@ Runner add_run_command(CLI::App& app);
 Runner add_logits_command(CLI::App& app);
 Runner add_synth_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
+Runner add_tokenize_command(CLI::App& app);
+Runner add_detokenize_command(CLI::App& app);
 
 }  // namespace tandem::cli

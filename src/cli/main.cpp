@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   add(tandem::cli::add_logits_command);
   add(tandem::cli::add_synth_command);
   add(tandem::cli::add_bench_command);
+  add(tandem::cli::add_tokenize_command);
+  add(tandem::cli::add_detokenize_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
