@@ -15,5 +15,6 @@ Runner add_synth_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
 Runner add_detokenize_command(CLI::App& app);
+Runner add_template_command(CLI::App& app);
 
 }  // namespace tandem::cli
