@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -45,6 +46,9 @@ class Tokenizer {
 
   std::vector<int32_t> encode(std::string_view text, bool add_special = true) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  std::string decode(std::initializer_list<int32_t> ids, bool skip_special = false) const {
+    return decode(std::span<const int32_t>(ids.begin(), ids.size()), skip_special);
+  }
   // A streaming decoder; see detokenizer.h.
   Detokenizer detokenizer(bool skip_special = false) const;
 
