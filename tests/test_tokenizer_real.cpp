@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "test_util.h"
 #include "text/detokenizer.h"
@@ -57,7 +59,11 @@ class RealTokenizer : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << "tokenizer files for " << GetParam() << " are not in " << dir
                    << "; fetch them with: scripts/fetch_tokenizers.sh";
     }
-    tok_ = text::Tokenizer::load(dir);
+    // Loaded once per tokenizer for the whole suite (Gemma's file is 33 MB).
+    static std::map<std::string, text::Tokenizer> loaded;
+    auto it = loaded.find(GetParam());
+    if (it == loaded.end()) it = loaded.emplace(GetParam(), text::Tokenizer::load(dir)).first;
+    tok_ = it->second;
     ref_ = read_json(source_dir() + "/tests/fixtures/tokenizer/" + GetParam() + ".json");
   }
   text::Tokenizer tok_;
@@ -167,6 +173,21 @@ TEST_P(RealTokenizer, SpecialTokenInfo) {
     EXPECT_EQ(tok_.id_to_token(105), "<start_of_turn>");
   }
   EXPECT_TRUE(tok_.is_special(tok_.eos_id()));
+}
+
+// One tokenizer used from several threads at once gives the same ids.
+TEST_P(RealTokenizer, ConcurrentEncodeIsConsistent) {
+  const auto& texts = corpus();
+  const json& want = ref_.at("ids");  // const: safe to read from many threads
+  std::vector<size_t> bad(4, 0);
+  std::vector<std::thread> th;
+  for (int t = 0; t < 4; ++t)
+    th.emplace_back([&, t] {
+      for (size_t i = t; i < texts.size(); i += 2)
+        bad[t] += tok_.encode(texts[i], true) != want[i].get<std::vector<int32_t>>();
+    });
+  for (auto& x : th) x.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(bad[t], 0u) << "thread " << t;
 }
 
 INSTANTIATE_TEST_SUITE_P(TokenizerReal, RealTokenizer,
