@@ -89,30 +89,32 @@ def main():
     w("// Do not edit: regenerate. Contracts in unicode_tables.h.\n")
     w("// clang-format off\n#include \"text/unicode_tables.h\"\n\nnamespace tandem::text::tables {\n\n")
     w("const char* const kUnicodeVersion = \"%s\";\n\n" % ud.unidata_version)
+    def packed(items, per=8):
+        for i in range(0, len(items), per):
+            w("".join(items[i:i + per]) + "\n")
+
     w("const CccRun kCcc[] = {\n")
-    for a, b, c in ccc_runs:
-        w("{0x%X,0x%X,%d},\n" % (a, b, c))
+    packed(["{0x%X,0x%X,%d}," % (a, b, c) for a, b, c in ccc_runs])
     w("};\nconst size_t kCccCount = sizeof(kCcc) / sizeof(kCcc[0]);\n\n")
     flat = []
     w("const Decomp kDecomp[] = {\n")
+    items = []
     for cp, c, cps in decomp:
-        w("{0x%X,%d,%d,%d},\n" % (cp, c, len(flat), len(cps)))
+        items.append("{0x%X,%d,%d,%d}," % (cp, c, len(flat), len(cps)))
         flat.extend(cps)
+    packed(items, 6)
     w("};\nconst size_t kDecompCount = sizeof(kDecomp) / sizeof(kDecomp[0]);\n\n")
     w("const char32_t kDecompData[] = {\n")
-    for i in range(0, len(flat), 12):
-        w(",".join("0x%X" % x for x in flat[i:i + 12]) + ",\n")
+    packed(["0x%X," % x for x in flat], 16)
     w("};\n\n")
     pairs.sort()
     w("const Pair kPairs[] = {\n")
-    for a, b, c in pairs:
-        w("{0x%X,0x%X,0x%X},\n" % (a, b, c))
+    packed(["{0x%X,0x%X,0x%X}," % (a, b, c) for a, b, c in pairs], 6)
     w("};\nconst size_t kPairCount = sizeof(kPairs) / sizeof(kPairs[0]);\n\n")
     for name, compat in (("kNfcUnstable", False), ("kNfkcUnstable", True)):
         runs = unstable(compat)
         w("const Range %s[] = {\n" % name)
-        for a, b in runs:
-            w("{0x%X,0x%X},\n" % (a, b))
+        packed(["{0x%X,0x%X}," % (a, b) for a, b in runs])
         w("};\nconst size_t %sCount = sizeof(%s) / sizeof(%s[0]);\n\n" % (name, name, name))
     w("}  // namespace tandem::text::tables\n")
 
