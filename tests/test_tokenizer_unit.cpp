@@ -186,6 +186,32 @@ TEST(DetokenizerUnit, Utf8SplitAcrossByteLevelTokens) {
   EXPECT_EQ(d2.flush(), "\xEF\xBF\xBD");
 }
 
+// Llama 2 / Mistral style: Prepend "▁" + Replace normalizers, and a Strip
+// decoder after Fuse that removes the one leading space of the whole text.
+TEST(TokenizerUnit, PrependNormalizerAndStripAfterFuse) {
+  json j = sp_tokenizer_json();
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       json::array(
+           {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+            {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}})}};
+  j["decoder"]["decoders"].push_back(
+      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  TempDir dir;
+  Tokenizer tok = load_json(dir, j);
+  const int base = 4 + 256;
+  std::vector<int32_t> ids = tok.encode("a a", false);
+  EXPECT_EQ(ids, (std::vector<int32_t>{base + 4, base + 4}));  // "▁a" "▁a"
+  EXPECT_EQ(tok.encode("", false), std::vector<int32_t>{});    // Prepend skips empty text
+  EXPECT_EQ(tok.decode(ids), "a a");
+  text::Detokenizer d = tok.detokenizer();
+  EXPECT_EQ(d.push(base + 0), "");  // "▁" alone: a leading space, stripped
+  EXPECT_EQ(d.push(base + 4), " a");
+  EXPECT_EQ(d.flush(), "");
+  EXPECT_EQ(tok.decode({base + 0, base + 4}), " a");
+}
+
 TEST(TokenizerUnit, MergesInBothJsonForms) {
   TempDir dir;
   Tokenizer tok = load_json(dir, byte_level_tokenizer_json(json::array()));
