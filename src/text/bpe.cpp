@@ -55,6 +55,13 @@ BpeModel::BpeModel(StringIdMap vocab, BpeOptions opt)
     char s[1] = {static_cast<char>(c)};
     ascii_id_[c] = token_to_id(std::string_view(s, 1));
   }
+  // Single-code-point tokens of the BMP, for a lookup without hashing.
+  bmp_id_.assign(0x10000, -1);
+  for (const auto& [tok, id] : vocab_) {
+    char32_t cp;
+    if (tok.size() <= 3 && decode_utf8(tok, 0, &cp) == static_cast<int>(tok.size()) && cp < 0x10000)
+      bmp_id_[cp] = id;
+  }
 }
 
 int32_t BpeModel::token_to_id(std::string_view tok) const {
@@ -139,7 +146,14 @@ void BpeModel::initial_symbols(std::string_view piece, bool byte_level,
   for (size_t i = 0; i < piece.size();) {
     unsigned char lead = static_cast<unsigned char>(piece[i]);
     size_t n = std::min<size_t>(utf8_len(lead), piece.size() - i);
-    int32_t id = lead < 0x80 ? ascii_id_[lead] : token_to_id(piece.substr(i, n));
+    int32_t id;
+    char32_t cp;
+    if (lead < 0x80)
+      id = ascii_id_[lead];
+    else if (n <= 3 && decode_utf8(piece, i, &cp) == static_cast<int>(n))
+      id = bmp_id_[cp];
+    else
+      id = token_to_id(piece.substr(i, n));
     if (id >= 0) {
       syms.push_back(id);
       last_unk = false;

@@ -112,7 +112,8 @@ class BpeModel {
   int32_t next_rank_ = 0;
   int32_t unk_id_ = -1;
   int32_t byte_fallback_id_[256];
-  int32_t ascii_id_[128];  // id of each ASCII char as a token, -1 if absent
+  int32_t ascii_id_[128];        // id of each ASCII char as a token, -1 if absent
+  std::vector<int32_t> bmp_id_;  // same for every BMP code point (char-level pieces)
   bool byte_level_ready_ = false;
   int32_t byte_id_[256];   // byte-level: byte -> id of its alphabet char
   StringIdMap raw_vocab_;  // byte-level: raw bytes of each token -> id
