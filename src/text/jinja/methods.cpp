@@ -55,7 +55,8 @@ int64_t find_cp(const std::string& hay, const std::string& needle, const Value* 
 bool affix_match(const Value& self, const Value& affix, const Value* a, const Value* b, bool end,
                  const char* fname) {
   std::vector<uint32_t> h = str::to_cps(self.s);
-  auto [s, e] = window(h, a, b);
+  const auto win = window(h, a, b);
+  const size_t s = win.first, e = win.second;
   auto one = [&](const Value& p) {
     if (!p.is_string())
       fail("%s first arg must be str or a tuple of str, not %s", fname, type_name(p));

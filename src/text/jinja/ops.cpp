@@ -296,11 +296,13 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
       fail("slice indices must be integers or None or have an __index__ method");
     return {true, v.as_int()};
   };
-  auto [has_step, st] = as_opt(step, "step");
-  if (!has_step) st = 1;
+  const auto step_opt = as_opt(step, "step");
+  const int64_t st = step_opt.first ? step_opt.second : 1;
   if (st == 0) fail("slice step cannot be zero");
-  auto [has_a, a] = as_opt(start, "start");
-  auto [has_b, b] = as_opt(stop, "stop");
+  const auto start_opt = as_opt(start, "start");
+  const auto stop_opt = as_opt(stop, "stop");
+  const bool has_a = start_opt.first, has_b = stop_opt.first;
+  const int64_t a = start_opt.second, b = stop_opt.second;
   int64_t n;
   std::vector<uint32_t> cps;
   const bool ascii = obj.is_string() && str::is_ascii(obj.s);
