@@ -2,6 +2,9 @@
 #include "text/tokenizer.h"
 
 #include <filesystem>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "core/error.h"
 #include "text/detokenizer.h"
@@ -93,6 +96,11 @@ Tokenizer Tokenizer::load(const std::string& path) {
   } else {
     fail("%s: no such tokenizer file or folder", path.c_str());
   }
+#if defined(__GLIBC__)
+  // The parsed JSON (hundreds of MB for a large vocab) is gone: consolidate
+  // and return the freed heap now rather than on the first encode.
+  malloc_trim(0);
+#endif
   return t;
 }
 
