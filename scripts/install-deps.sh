@@ -7,7 +7,11 @@ packages=(
   g++ cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libpcre2-dev
   libcpp-httplib-dev libstb-dev libwebp-dev
+  nodejs
 )
+# The OpenAI SDK client test needs npm: Debian packages it apart from nodejs,
+# NodeSource's nodejs bundles it (and conflicts with Debian's).
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -379,3 +379,29 @@ TEST(ServerApi, CorsPreflightAndHeaders) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ServerCli, BadFlagsAndMissingModelsFailFastWithExitOne) {
+  auto r = run_tandem("serve --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--api-key"), std::string::npos) << r.out;
+  const std::string model = fixture_dir("llama-f32");
+  r = run_tandem("serve " + model + " --port 0 --kv-memory 12Q");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--kv-memory: '12Q' is not a size"), std::string::npos) << r.err;
+  r = run_tandem("serve " + model + " --port 70000");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--port"), std::string::npos) << r.err;
+  r = run_tandem("serve " + model + " --port 0 --step-timeout 0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--step-timeout"), std::string::npos) << r.err;
+  r = run_tandem("serve /nonexistent/model --port 0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
+  r = run_tandem("serve " + model + " --host 256.0.0.1 --port 0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot listen on 256.0.0.1"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -58,20 +58,36 @@ TEST(ServerReliability, ThirtyTwoConcurrentGreedyRequestsEqualTheirSoloOutput) {
     ASSERT_EQ(r.status, 200) << r.raw;
     solo[size_t(i)] = ids_of(r);
   }
+  // The engine counts a finished request against --max-concurrent until its
+  // next loop iteration; start the burst from an idle engine.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        EngineStatus st = srv.engine().status();
+        return st.num_running == 0 && st.num_waiting == 0;
+      },
+      2.0));
   std::vector<std::vector<int32_t>> together(32);
+  std::vector<std::string> failures(32);
   std::vector<std::thread> threads;
   for (int i = 0; i < 32; ++i)
     threads.emplace_back([&, i] {
       const json body = completion_body(prompt_of(i, 5 + i * 3), 12, /*stream=*/i % 2 == 1);
       if (i % 2 == 1) {
-        together[size_t(i)] = post_stream(srv.port(), "/v1/completions", body).ids();
+        SseResult s = post_stream(srv.port(), "/v1/completions", body);
+        together[size_t(i)] = s.ids();
+        if (s.status != 200) failures[size_t(i)] = std::to_string(s.status) + " " + s.raw;
       } else {
         HttpResult r = post_json(srv.port(), "/v1/completions", body);
-        if (r.status == 200) together[size_t(i)] = ids_of(r);
+        if (r.status == 200)
+          together[size_t(i)] = ids_of(r);
+        else
+          failures[size_t(i)] = std::to_string(r.status) + " " + r.raw;
       }
     });
   for (auto& t : threads) t.join();
-  for (int i = 0; i < 32; ++i) EXPECT_EQ(together[size_t(i)], solo[size_t(i)]) << "request " << i;
+  for (int i = 0; i < 32; ++i)
+    EXPECT_EQ(together[size_t(i)], solo[size_t(i)])
+        << "request " << i << ": " << failures[size_t(i)];
   EXPECT_EQ(srv.engine().status().kv_blocks_used, 0);
 }
 
@@ -218,11 +234,18 @@ TEST(ServerReliability, OverCapacityAnswers503WithRetryAfter) {
 TEST(ServerReliability, ClientDisconnectCancelsAStreamWithinASecond) {
   LiveServer srv(slow_config());
   int fd = open_stream_socket(srv.port(), completion_body({1, 2, 3}, 1500, true));
-  json st = status_of(srv.port());
-  ASSERT_EQ(st["requests"].size(), 1u);
-  EXPECT_EQ(st["requests"][0]["phase"], "decode");
+  // The engine publishes its status once per loop: wait for it to show the
+  // request decoding.
+  json st;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        st = status_of(srv.port());
+        return st["requests"].size() == 1 && st["requests"][0]["phase"] == "decode" &&
+               st["requests"][0]["completion_tokens"] >= 1;
+      },
+      2.0))
+      << st;
   EXPECT_EQ(st["requests"][0]["lane"], "text");
-  EXPECT_GE(st["requests"][0]["completion_tokens"], 1);
   const double t0 = now_s();
   close(fd);
   EXPECT_TRUE(
@@ -287,16 +310,22 @@ TEST(ServerReliability, CancelEndpointEndsAStream) {
   EXPECT_LT(now_s() - t0, 1.0);
   EXPECT_NE(s.raw.find("\"finish_reason\":\"cancelled\""), std::string::npos) << s.raw;
   EXPECT_NE(s.raw.find("data: [DONE]"), std::string::npos);
-  EXPECT_EQ(http_post(srv.port(), "/v1/requests/" + request_id + "/cancel", "").status, 404);
+  // Once its response is complete the id is forgotten (the server may still be
+  // releasing the stream when the client has read [DONE]).
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return http_post(srv.port(), "/v1/requests/" + request_id + "/cancel", "").status == 404;
+      },
+      1.0));
   expect_serving(srv.port());
 }
 
 TEST(ServerReliability, SigtermDrainsInFlightRequestsAndExitsZero) {
-  ChildServer child({slow_model_dir(), "--threads", "1", "--shutdown-grace", "20"});
+  ChildServer child({slow_model_dir(), "--threads", "1", "--shutdown-grace", "30"});
   ASSERT_TRUE(child.ready()) << child.log();
   SseResult s;
   std::thread reader([&] {
-    s = post_stream(child.port(), "/v1/completions", completion_body({1, 2, 3}, 300, true));
+    s = post_stream(child.port(), "/v1/completions", completion_body({1, 2, 3}, 200, true));
   });
   ASSERT_TRUE(wait_until(
       [&] {
@@ -316,9 +345,9 @@ TEST(ServerReliability, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_EQ(s.status, 200);
   EXPECT_TRUE(s.done) << s.raw;
   EXPECT_EQ(s.finish_reason(), "length");
-  EXPECT_EQ(s.ids().size(), 300u);  // the in-flight request completed
-  EXPECT_EQ(child.wait_exit(10.0), 0) << child.log();
-  EXPECT_LT(now_s() - t0, 10.0);
+  EXPECT_EQ(s.ids().size(), 200u);  // the in-flight request completed
+  EXPECT_EQ(child.wait_exit(20.0), 0) << child.log();
+  EXPECT_LT(now_s() - t0, 20.0);
   EXPECT_NE(child.log().find("SIGTERM: draining"), std::string::npos) << child.log();
 }
 

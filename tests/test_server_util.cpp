@@ -65,7 +65,10 @@ httplib::Client make_client(int port) {
 
 HttpResult to_result(const httplib::Result& r) {
   HttpResult out;
-  if (!r) return out;
+  if (!r) {
+    out.raw = "connection error: " + httplib::to_string(r.error());
+    return out;
+  }
   out.status = r->status;
   out.raw = r->body;
   out.body = parse_or_null(r->body);
@@ -118,7 +121,10 @@ SseResult post_stream(int port, const std::string& path, const json& body,
     return true;
   };
   auto r = c.send(req);
-  if (!r) return out;
+  if (!r) {
+    out.raw = "connection error: " + httplib::to_string(r.error());
+    return out;
+  }
   out.status = r->status;
   out.headers = r->headers;
   if (out.raw.empty()) out.raw = r->body;

@@ -23,6 +23,8 @@ namespace tandem::server {
 
 namespace {
 
+constexpr int kListenBacklog = 1024;  // capped by net.core.somaxconn
+
 double now_s() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
@@ -109,6 +111,7 @@ struct Server::Impl {
   httplib::Server http;
   std::thread listener;
   int bound_port = -1;
+  socket_t listen_fd = -1;  // the listening socket, seen in the socket-options callback
   double started = now_s();
   std::mutex lifecycle_mu;
   bool drained = false;
@@ -333,7 +336,8 @@ struct Server::Impl {
     http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a
     // second server binds a port in use without an error.
-    http.set_socket_options([](socket_t sock) {
+    http.set_socket_options([this](socket_t sock) {
+      listen_fd = sock;
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
       setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);  // tokens leave at once
@@ -380,7 +384,13 @@ void Server::bind() {
   } else if (m.http.bind_to_port(o.host, o.port)) {
     m.bound_port = o.port;
   }
-  if (m.bound_port > 0) return;
+  if (m.bound_port > 0) {
+    // httplib listens with a backlog of 5: a burst of clients connecting at
+    // once (32 concurrent requests) overflows it and connections are lost.
+    // listen() again on the same socket only raises the backlog.
+    if (m.listen_fd >= 0) ::listen(m.listen_fd, kListenBacklog);
+    return;
+  }
   const int err = errno;
   const std::string where = o.host + ":" + std::to_string(o.port);
   if (err == EADDRINUSE)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# ctest ServerNodeClient: the official OpenAI Node SDK (npm `openai`, pinned
+# in package-lock.json) against two live `tandem serve` processes.
+#
+# Usage: run.sh TANDEM_BINARY MODEL_DIR WORK_DIR
+# Skips (exit 77) only when node or npm is absent. The SDK is installed with
+# `npm ci` into WORK_DIR (kept between runs; npm's cache in ~/.npm makes a
+# re-install offline).
+set -euo pipefail
+tandem=$(realpath "$1") model=$(realpath "$2") work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "SKIP: node/npm not installed (apt-get install nodejs npm); the OpenAI SDK test did not run"
+  exit 77
+fi
+
+mkdir -p "$work"
+cp "$here/package.json" "$here/package-lock.json" "$here/client.mjs" "$work/"
+cd "$work"
+pinned=$(node -e 'console.log(require("./package.json").dependencies.openai)')
+installed=$(node -e 'try { console.log(require("./node_modules/openai/package.json").version) } catch { console.log("none") }')
+if [ "$installed" != "$pinned" ]; then
+  npm ci --no-audit --no-fund --prefer-offline >npm.log 2>&1 || { cat npm.log; echo "error: npm ci failed"; exit 1; }
+fi
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+# Starts `tandem serve` in the background; sets $port once it is ready.
+start_server() {
+  local log=$1; shift
+  "$tandem" serve "$model" --port 0 --threads 1 --api-key test-key --served-model-name node-test "$@" 2>"$log" &
+  pids+=($!)
+  for _ in $(seq 300); do
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    if grep -q "tandem serve: ready:" "$log"; then
+      port=$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1 | sed 's/.*://')
+      return 0
+    fi
+    sleep 0.1
+  done
+  cat "$log"; echo "error: tandem serve did not become ready"; exit 1
+}
+
+start_server server.log; main_port=$port
+TANDEM_FAULT=step-throw@3 start_server faulty.log; faulty_port=$port
+
+node client.mjs "http://127.0.0.1:$main_port/v1" "http://127.0.0.1:$faulty_port/v1"
+
+# SIGTERM: the server drains and exits 0.
+kill -TERM "${pids[0]}"
+status=0; wait "${pids[0]}" || status=$?
+[ "$status" -eq 0 ] || { cat server.log; echo "error: tandem serve exited $status after SIGTERM"; exit 1; }
