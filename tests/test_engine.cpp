@@ -268,3 +268,19 @@ TEST_F(EngineTest, ShutdownGracePeriodFailsWhatCannotFinish) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(EngineTest, AFinishedRequestFreesItsSlotBeforeTheClientSeesTheEnd) {
+  EngineConfig c;
+  c.max_concurrent = 1;
+  auto engine = make(c);
+  // At the limit, each request resubmitted the moment the previous one ends
+  // must be admitted (no spurious 503 while the engine loop catches up).
+  for (int i = 0; i < 20; ++i) {
+    auto h = engine->submit(prompt_of(i, 4), greedy(1));
+    EXPECT_EQ(drain(*h, 5).finish, FinishReason::Length);
+  }
+}
+
+}  // namespace

@@ -1,12 +1,15 @@
 // tandem run / tandem logits: generation and raw logits from token ids.
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "model/decoder.h"
+#include "text/tokenizer.h"
 
 namespace tandem::cli {
 
@@ -32,13 +35,23 @@ struct LogitsOptions {
 };
 
 int run_generate(const RunOptions& o) {
-  if (!o.prompt.empty())
-    fail(
-        "--prompt needs a tokenizer, which tandem does not have yet (it comes with the tokenizer "
-        "issue); pass token ids with --ids 1,2,3 instead");
-  if (o.ids.empty()) fail("give the prompt as token ids with --ids 1,2,3");
   if (o.n < 0) fail("-n must not be negative, got %d", o.n);
-  std::vector<int32_t> prompt = parse_id_list(o.ids, "--ids");
+  if (o.prompt.empty() && o.ids.empty()) fail("give a prompt with --prompt TEXT or --ids 1,2,3");
+  // A text prompt (and text output) needs the folder's tokenizer.
+  std::optional<text::Tokenizer> tok;
+  if (!o.prompt.empty() ||
+      std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json") ||
+      std::filesystem::exists(std::filesystem::path(o.model) / "tekken.json")) {
+    if (!std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json") &&
+        !std::filesystem::exists(std::filesystem::path(o.model) / "tekken.json"))
+      fail(
+          "--prompt needs a tokenizer, and %s has no tokenizer.json or tekken.json; pass token ids "
+          "with --ids 1,2,3 instead",
+          o.model.c_str());
+    tok = text::Tokenizer::load(o.model);
+  }
+  std::vector<int32_t> prompt =
+      o.prompt.empty() ? parse_id_list(o.ids, "--ids") : tok->encode(o.prompt, true);
   auto model = load_model_verbose(o.model);
   ThreadPool pool(o.threads);
   KvPool kv_pool =
@@ -62,10 +75,15 @@ int run_generate(const RunOptions& o) {
   }
   const double t2 = now_seconds();
 
+  // Text with special tokens skipped, as the server returns it.
+  const std::string text = tok ? tok->decode(out, /*skip_special=*/true) : std::string();
   if (o.json) {
     nlohmann::json j;
     j["ids"] = out;
-    std::printf("%s\n", j.dump().c_str());
+    if (tok) j["text"] = text;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else if (tok) {
+    std::printf("%s\n", text.c_str());
   } else {
     for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? " " : "", out[i]);
     std::printf("\n");
@@ -104,7 +122,8 @@ Runner add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
   cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
-  auto* prompt = cmd->add_option("--prompt", o->prompt, "Prompt text (needs a tokenizer)");
+  auto* prompt =
+      cmd->add_option("--prompt", o->prompt, "Prompt text (tokenized with the model's tokenizer)");
   auto* ids = cmd->add_option("--ids", o->ids, "Prompt as comma-separated token ids");
   prompt->excludes(ids);
   cmd->add_option("-n,--max-tokens", o->n, "Tokens to generate (stops early at end-of-sequence)")
@@ -113,7 +132,7 @@ Runner add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed for sampling")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
-  cmd->add_flag("--json", o->json, "Print {\"ids\": [...]} as JSON");
+  cmd->add_flag("--json", o->json, "Print {\"ids\": [...], \"text\": \"...\"} as JSON");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
   return [o] { return run_generate(*o); };
 }

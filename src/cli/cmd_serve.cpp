@@ -21,6 +21,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "server/model_text.h"
 #include "server/server.h"
 
 namespace tandem::cli {
@@ -176,10 +177,21 @@ int run_serve(const ServeOptions& o) {
                srv.url().c_str());
 
   std::unique_ptr<Model> model = load_model_verbose(o.model);
-  Engine engine(*model, config);
-  // TOKENIZER: pass the model's PromptBuilder here once the tokenizer branch
-  // lands (server/prompt_builder.h); until then string prompts and chat get 400.
-  srv.attach(&engine, nullptr);
+  // The tokenizer and chat template, when the folder has them: without a
+  // tokenizer, prompts must be token ids and responses carry ids only.
+  std::unique_ptr<server::ModelText> text = server::ModelText::load(o.model);
+  if (!text)
+    std::fprintf(stderr,
+                 "tandem serve: warning: %s has no tokenizer.json or tekken.json; prompts must be "
+                 "token ids\n",
+                 o.model.c_str());
+  else if (!text->has_chat_template())
+    std::fprintf(
+        stderr,
+        "tandem serve: warning: %s has no chat template; /v1/chat/completions answers 400\n",
+        o.model.c_str());
+  Engine engine(*model, config, text.get());
+  srv.attach(&engine, text.get());
   signals.set_loading(false);
   std::fprintf(stderr,
                "tandem serve: ready: model '%s' (context %lld tokens, up to %d concurrent "

@@ -14,5 +14,8 @@ Runner add_logits_command(CLI::App& app);
 Runner add_synth_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
+Runner add_tokenize_command(CLI::App& app);
+Runner add_detokenize_command(CLI::App& app);
+Runner add_template_command(CLI::App& app);
 
 }  // namespace tandem::cli

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   add(tandem::cli::add_synth_command);
   add(tandem::cli::add_bench_command);
   add(tandem::cli::add_serve_command);
+  add(tandem::cli::add_tokenize_command);
+  add(tandem::cli::add_detokenize_command);
+  add(tandem::cli::add_template_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

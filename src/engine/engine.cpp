@@ -119,7 +119,7 @@ struct Engine::Impl {
   mutable std::mutex mu;
   std::condition_variable wake;
   std::deque<std::unique_ptr<Sequence>> incoming;
-  int active_count = 0;  // incoming + active, for admission
+  int active_count = 0;  // requests not yet finished (incoming + active), for admission
   bool accepting = true;
   bool stopping = false;
   double stop_deadline = 0;
@@ -211,6 +211,9 @@ struct Engine::Impl {
 
   // Called with `mu` held.
   void count_finish(FinishReason reason, const std::string& error) {
+    // A client that sees its request end may resubmit at once: its slot is
+    // free from this moment, not from the next loop iteration.
+    active_count = std::max(0, active_count - 1);
     snapshot.total_requests_processed++;
     if (reason == FinishReason::Error || reason == FinishReason::Timeout)
       snapshot.total_requests_failed++;
@@ -499,7 +502,8 @@ struct Engine::Impl {
     snapshot.prompt_tps = rate(prompt_window);
     snapshot.kv_blocks_used = used;
     snapshot.requests = std::move(reqs);
-    active_count = int(active.size() + incoming.size());
+    active_count = int(incoming.size()) +
+                   int(std::count_if(active.begin(), active.end(), [](const auto& q) { return !q->handle->finished(); }));
   }
 };
 

@@ -52,8 +52,8 @@ std::string random_id(const char* prefix) {
   return id;
 }
 
-// The prompt's token ids. The two places marked TOKENIZER are the whole of
-// what the tokenizer integration replaces (see prompt_builder.h).
+// The prompt's token ids, from the model's PromptBuilder (server/model_text.h)
+// or, without a tokenizer, from a prompt given as ids.
 std::vector<int32_t> build_prompt(ServerState& s, const OpenAIRequest& r) {
   PromptBuilder* builder = s.builder.load();
   if (r.endpoint == Endpoint::Chat) {
@@ -62,21 +62,19 @@ std::vector<int32_t> build_prompt(ServerState& s, const OpenAIRequest& r) {
       throw unsupported("messages",
                         "this server has no vision lane yet: image_url content parts are not "
                         "supported");
-    // TOKENIZER: chat needs the chat template and the tokenizer. UNFINISHED
-    // until the tokenizer branch lands and cmd_serve.cpp passes a builder.
+    // Chat needs the model folder's tokenizer (cmd_serve passes it when the
+    // folder has one).
     if (!builder)
       throw ApiError(400, "no_chat_template", "messages",
-                     "this model has no chat template/tokenizer loaded (tandem's tokenizer is not "
-                     "merged yet); use /v1/completions with a prompt of token ids");
+                     "this model folder has no tokenizer, so chat is unavailable; use "
+                     "/v1/completions with a prompt of token ids");
     return builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs);
   }
   if (r.prompt_text) {
-    // TOKENIZER: a text prompt needs the tokenizer. UNFINISHED until the
-    // tokenizer branch lands.
     if (!builder)
       throw ApiError(400, "no_tokenizer", "prompt",
-                     "this model has no tokenizer loaded yet, so 'prompt' must be an array of "
-                     "token ids, e.g. [1, 2, 3]");
+                     "this model folder has no tokenizer, so 'prompt' must be an array of token "
+                     "ids, e.g. [1, 2, 3]");
     return builder->text_prompt(*r.prompt_text);
   }
   return r.prompt_ids;

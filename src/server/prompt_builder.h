@@ -1,13 +1,7 @@
 // The server's view of the tokenizer and the chat template: request content
-// in, prompt token ids out.
-//
-// UNFINISHED until the tokenizer branch lands: nothing implements this yet.
-// The server is started with a null PromptBuilder, so every string prompt and
-// every chat request is answered 400 (code `no_tokenizer` /
-// `no_chat_template`) — see the two places marked "TOKENIZER:" in
-// server/generate.cpp. The text layer will implement this interface (and
-// engine/text_streamer.h for detokenization) and cmd_serve.cpp will pass it
-// to the server; nothing else in the HTTP layer has to change.
+// in, prompt token ids out. Implemented by server/model_text.h; a server
+// without one (a model folder with no tokenizer) answers every string prompt
+// and chat request 400 (`no_tokenizer` / `no_chat_template`).
 #pragma once
 
 #include <cstdint>
