@@ -120,7 +120,16 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     unsupported("*", a, b);
   }
   if (!a.is_number() || !b.is_number()) {
-    if (op == "%" && a.is_string()) fail("printf-style string formatting with %% is not supported");
+    if (op == "%" && a.is_string()) {
+      CallArgs args;
+      if (b.is_list() && b.list->tuple)
+        args.pos = b.list->items;
+      else if (b.is_dict())
+        for (const auto& kv : b.dict->items) args.kw.emplace_back(py_str(kv.first), kv.second);
+      else
+        args.pos.push_back(b);
+      return Value::string(percent_format(a.s, args));
+    }
     unsupported(op == "**" ? "** or pow()" : op.c_str(), a, b);
   }
   if (op == "-") {
