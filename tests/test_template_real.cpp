@@ -145,6 +145,9 @@ TEST(ChatTemplateReal, Llama3_2) {
 TEST(ChatTemplateReal, Gemma4) {
   run_real("gemma4", false);
 }
+TEST(ChatTemplateReal, Gemma4E2B) {
+  run_real("gemma4_e2b", false);
+}
 TEST(ChatTemplateReal, Ministral3) {
   run_real("ministral3", false);
 }
