@@ -466,6 +466,18 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
     if (!v.is_number()) fail("type %s doesn't define __round__ method", type_name(v));
     if (method == "common") {
       if (v.kind != Kind::Float && prec >= 0) return Value::integer(v.as_int());
+      if (v.kind != Kind::Float && prec > -19) {
+        // int.__round__ with negative digits: round half to even, stays int.
+        int64_t p = 1;
+        for (int64_t k = 0; k < -prec; ++k) p *= 10;
+        int64_t x = v.as_int(), q = x / p, r = x % p;
+        if (r < 0) {
+          r += p;
+          --q;
+        }
+        if (2 * r > p || (2 * r == p && (q & 1))) ++q;
+        return Value::integer(q * p);
+      }
       return Value::number(py_round(v.as_double(), prec));
     }
     const double scale = std::pow(10.0, double(prec));

@@ -27,6 +27,7 @@ class Parser {
   std::vector<Token> t_;
   size_t p_ = 0;
   int depth_ = 0;
+  int loop_depth_ = 0;  // for-loop bodies around the current point (break/continue)
   std::vector<std::vector<std::string>> end_stack_;
 
   struct DepthGuard {
@@ -181,6 +182,7 @@ class Parser {
       return s;
     }
     if (n == "break" || n == "continue") {
+      if (loop_depth_ == 0) fail("'" + n + "' outside loop", line);
       next();
       return make_stmt(n == "break" ? SK::Break : SK::Continue, line);
     }
@@ -226,7 +228,9 @@ class Parser {
     s->expr = parse_tuple(false, {"recursive"}, false);
     if (skip_name("if")) s->test = parse_expression(true);
     s->recursive = skip_name("recursive");
+    ++loop_depth_;
     s->body = parse_body({"endfor", "else"}, false);
+    --loop_depth_;
     const std::string tag = cur().text;
     next();
     if (tag == "else") s->else_body = parse_body({"endfor"}, true);
@@ -269,7 +273,10 @@ class Parser {
     auto s = make_stmt(SK::Macro, line);
     s->name = expect_name();
     parse_signature(*s);
+    const int saved_loops = loop_depth_;
+    loop_depth_ = 0;
     s->body = parse_body({"endmacro"}, true);
+    loop_depth_ = saved_loops;
     scan_macro_body(*s);
     return s;
   }
@@ -281,7 +288,10 @@ class Parser {
     if (is_op("(")) parse_signature(*s);
     s->expr = parse_expression(true);
     if (s->expr->kind != EK::Call) fail("expected call", line);
+    const int saved_loops = loop_depth_;
+    loop_depth_ = 0;
     s->body = parse_body({"endcall"}, true);
+    loop_depth_ = saved_loops;
     scan_macro_body(*s);
     return s;
   }
