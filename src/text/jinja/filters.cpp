@@ -7,6 +7,7 @@
 
 #include "text/jinja/args.h"
 #include "text/jinja/builtins.h"
+#include "text/jinja/error.h"
 #include "text/jinja/ops.h"
 #include "text/jinja/parser.h"
 #include "text/jinja/pyfmt.h"
@@ -61,6 +62,13 @@ std::vector<Value> as_items(const Value& v) {
 
 Value to_list(std::vector<Value> items) {
   return Value::new_list(std::move(items));
+}
+
+// What Jinja returns as a lazy generator (map, select, unique, ...).
+Value to_gen(std::vector<Value> items, const char* type = "generator") {
+  Value v = Value::new_list(std::move(items));
+  v.list->gen_type = type;
+  return v;
 }
 
 std::string do_indent(const std::string& s, const Value& width, bool first, bool blank) {
@@ -186,7 +194,30 @@ JsonOptions json_options(const Params& p) {
 
 }  // namespace
 
+static Value filter_impl(Interpreter& in, const std::string& name, const Value& v, CallArgs& a);
+
+// Jinja's map/select/reject/selectattr/rejectattr/unique/items/batch are
+// generators: their errors surface only when the result is iterated.
 Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, CallArgs& a) {
+  static const char* const kLazy[] = {"map",        "select", "reject", "selectattr",
+                                      "rejectattr", "unique", "items",  "batch"};
+  bool lazy = false;
+  for (const char* l : kLazy) lazy |= name == l;
+  if (!lazy) return filter_impl(in, name, v, a);
+  try {
+    return filter_impl(in, name, v, a);
+  } catch (const TemplateError& e) {
+    Value g = to_gen({});
+    g.list->deferred_error = e.message();
+    return g;
+  } catch (const tandem::Error& e) {
+    Value g = to_gen({});
+    g.list->deferred_error = e.what();
+    return g;
+  }
+}
+
+static Value filter_impl(Interpreter& in, const std::string& name, const Value& v, CallArgs& a) {
   const std::string& n = name;
   auto P = [&](std::initializer_list<const char*> names) { return Params(a, names, n); };
 
@@ -257,6 +288,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
   }
   if (n == "first" || n == "last") {
     P({});
+    if (n == "last" && v.is_generator()) fail("'%s' object is not reversible", type_name(v));
     std::vector<Value> items = as_items(v);
     if (items.empty())
       return Value::undefined(n == "first" ? "No first item, sequence was empty."
@@ -269,12 +301,12 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
   }
   if (n == "items") {
     P({});
-    if (v.is_undefined()) return to_list({});
+    if (v.is_undefined()) return to_gen({});
     if (!v.is_dict()) fail("Can only get item pairs from a mapping.");
     std::vector<Value> out;
     for (const auto& kv : v.dict->items)
       out.push_back(Value::new_list({kv.first, kv.second}, true));
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "dictsort") {
     Params p = P({"case_sensitive", "by", "reverse"});
@@ -321,7 +353,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       seen.push_back(k);
       out.push_back(it);
     }
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "min" || n == "max") {
     Params p = P({"case_sensitive", "attribute"});
@@ -360,7 +392,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       std::vector<Value> path = attr_parts(*a.kwarg("attribute"));
       for (const auto& it : items)
         out.push_back(lookup_path(it, path, dflt && !dflt->is_none() ? dflt : nullptr));
-      return to_list(std::move(out));
+      return to_gen(std::move(out));
     }
     if (a.pos.empty()) fail("map requires a filter argument");
     const std::string fname = str_arg(a.pos[0], "filter name");
@@ -371,7 +403,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       CallArgs copy = rest;
       out.push_back(in.apply_filter(fname, it, copy));
     }
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "select" || n == "reject" || n == "selectattr" || n == "rejectattr") {
     const bool attr = n == "selectattr" || n == "rejectattr";
@@ -403,12 +435,13 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       }
       if (r == keep_true) out.push_back(it);
     }
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "attr") {
     Params p = P({"name"});
     if (!p[0]) fail("attr filter needs a name");
     const std::string& an = str_arg(*p[0], "attribute name");
+    if (v.is_undefined()) undefined_error(v);
     if (v.kind == Kind::Object) {
       Value out;
       if (v.obj->get_attr(an, out)) return out;
@@ -426,9 +459,12 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       std::reverse(cps.begin(), cps.end());
       return Value::string(str::from_cps(cps), v.safe);
     }
+    const bool was_generator = v.is_generator();
     std::vector<Value> items = as_items(v);
     std::reverse(items.begin(), items.end());
-    return to_list(std::move(items));
+    if (was_generator) return to_list(std::move(items));  // reversed() fails; list(value) used
+    return to_gen(std::move(items),
+                  v.is_dict() ? "dict_reversekeyiterator" : "list_reverseiterator");
   }
   if (n == "int") {
     Params p = P({"default", "base"});
@@ -492,7 +528,12 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
   }
   if (n == "indent") {
     Params p = P({"width", "first", "blank"});
-    Value s = soft_str(v);
+    if (v.is_undefined()) undefined_error(v);
+    if (!v.is_string())
+      fail(v.is_list() ? "'%s' object has no attribute 'splitlines'"
+                       : "unsupported operand type(s) for +=: '%s' and 'str'",
+           type_name(v));
+    Value s = v;
     return Value::string(do_indent(s.s, p.has(0) ? *p[0] : Value::integer(4),
                                    p.has(1) && truthy(*p[1]), p.has(2) && truthy(*p[2])),
                          s.safe);
@@ -538,7 +579,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
         while (int64_t(cur.size()) < cnt) cur.push_back(*p[1]);
       out.push_back(to_list(std::move(cur)));
     }
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "format") {
     if (!a.pos.empty() && !a.kw.empty())

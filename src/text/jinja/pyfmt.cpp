@@ -97,9 +97,15 @@ std::string py_string_repr(std::string_view s) {
 static void repr_into(std::string& out, const Value& v, int depth) {
   if (depth > 200) fail("maximum recursion depth exceeded while getting the repr of an object");
   switch (v.kind) {
-    case Kind::String: out += py_string_repr(v.s); return;
+    case Kind::String:
+      out += v.safe ? "Markup(" + py_string_repr(v.s) + ")" : py_string_repr(v.s);
+      return;
     case Kind::Undefined: out += "Undefined"; return;
     case Kind::List: {
+      if (v.list->gen_type) {
+        out += std::string("<") + v.list->gen_type + " object>";
+        return;
+      }
       const bool tup = v.list->tuple;
       out += tup ? "(" : "[";
       for (size_t k = 0; k < v.list->items.size(); ++k) {
@@ -231,6 +237,7 @@ struct JsonWriter {
         return;
       case Kind::String: json_string(out, v.s, o.ensure_ascii); return;
       case Kind::List: {
+        if (v.list->gen_type) fail("Object of type %s is not JSON serializable", v.list->gen_type);
         const auto& items = v.list->items;
         if (items.empty()) {
           out += "[]";
