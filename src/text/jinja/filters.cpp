@@ -199,8 +199,8 @@ static Value filter_impl(Interpreter& in, const std::string& name, const Value& 
 // Jinja's map/select/reject/selectattr/rejectattr/unique/items/batch are
 // generators: their errors surface only when the result is iterated.
 Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, CallArgs& a) {
-  static const char* const kLazy[] = {"map",        "select", "reject", "selectattr",
-                                      "rejectattr", "unique", "items",  "batch"};
+  static const char* const kLazy[] = {"map",    "select", "reject", "selectattr", "rejectattr",
+                                      "unique", "items",  "batch",  "slice"};
   bool lazy = false;
   for (const char* l : kLazy) lazy |= name == l;
   if (!lazy) return filter_impl(in, name, v, a);
@@ -585,6 +585,81 @@ static Value filter_impl(Interpreter& in, const std::string& name, const Value& 
     if (!a.pos.empty() && !a.kw.empty())
       fail("can't handle positional and keyword arguments at the same time");
     return Value::string(percent_format(py_str(v), a));
+  }
+  if (n == "truncate") {
+    Params p = P({"length", "killwords", "end", "leeway"});
+    const std::string s = py_str(v);
+    const int64_t len = p.has(0) ? int_arg(*p[0], "length") : 255;
+    const std::string end = p.has(2) ? py_str(*p[2]) : "...";
+    const int64_t leeway = p.has(3) && !p[3]->is_none() ? int_arg(*p[3], "leeway") : 5;
+    const int64_t end_len = int64_t(str::length(end));
+    if (len < end_len)
+      fail("expected length >= %lld, got %lld", (long long)end_len, (long long)len);
+    if (leeway < 0) fail("expected leeway >= 0, got %lld", (long long)leeway);
+    std::vector<uint32_t> cps = str::to_cps(s);
+    if (int64_t(cps.size()) <= len + leeway) return Value::string(s);
+    std::string head = str::from_cps(cps.data(), size_t(len - end_len));
+    if (!(p.has(1) && truthy(*p[1]))) {
+      size_t sp = head.rfind(' ');
+      if (sp != std::string::npos) head.resize(sp);
+    }
+    return Value::string(head + end);
+  }
+  if (n == "slice") {
+    Params p = P({"slices", "fill_with"});
+    if (!p[0]) fail("slice needs a number of slices");
+    const int64_t slices = int_arg(*p[0], "slices");
+    std::vector<Value> seq = as_items(v);
+    const int64_t length = int64_t(seq.size());
+    if (slices <= 0) fail("integer division or modulo by zero");
+    const int64_t per = length / slices, extra = length % slices;
+    int64_t offset = 0;
+    std::vector<Value> out;
+    for (int64_t k = 0; k < slices; ++k) {
+      const int64_t start = offset + k * per;
+      if (k < extra) ++offset;
+      const int64_t stop = offset + (k + 1) * per;
+      std::vector<Value> part(seq.begin() + start, seq.begin() + stop);
+      if (p[1] && !p[1]->is_none() && k >= extra) part.push_back(*p[1]);
+      out.push_back(to_list(std::move(part)));
+    }
+    return to_gen(std::move(out));
+  }
+  if (n == "urlencode") {
+    P({});
+    auto quote = [](const std::string& s, bool for_qs) {
+      static const char* hex = "0123456789ABCDEF";
+      std::string out;
+      for (unsigned char c : s) {
+        if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' ||
+            (!for_qs && c == '/')) {
+          out.push_back(char(c));
+        } else if (for_qs && c == ' ') {
+          out.push_back('+');
+        } else {
+          out.push_back('%');
+          out.push_back(hex[c >> 4]);
+          out.push_back(hex[c & 15]);
+        }
+      }
+      return out;
+    };
+    if (v.is_string() || !(v.kind == Kind::List || v.is_dict()))
+      return Value::string(quote(py_str(v), false));
+    std::string out;
+    std::vector<Value> pairs;
+    if (v.is_dict())
+      for (const auto& kv : v.dict->items)
+        pairs.push_back(Value::new_list({kv.first, kv.second}, true));
+    else
+      pairs = as_items(v);
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      std::vector<Value> kv = iterate(pairs[k]);
+      if (kv.size() != 2) fail("too many values to unpack (expected 2)");
+      if (k) out += "&";
+      out += quote(py_str(kv[0]), true) + "=" + quote(py_str(kv[1]), true);
+    }
+    return Value::string(out);
   }
   if (n == "pprint") {
     P({});
