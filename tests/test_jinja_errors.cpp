@@ -93,6 +93,16 @@ TEST(JinjaErrors, RuntimeTypeErrorsUsePythonMessages) {
   EXPECT_EQ(fail_of("{{ 5() }}").message, "'int' object is not callable");
 }
 
+TEST(JinjaErrors, BreakOutsideALoopIsASyntaxError) {
+  EXPECT_EQ(fail_of("a{% break %}b").message, "'break' outside loop");
+  EXPECT_EQ(
+      fail_of("{% for i in [1] %}{% macro m() %}{% continue %}{% endmacro %}{% endfor %}").message,
+      "'continue' outside loop");
+  EXPECT_EQ(Template("{% for i in [1, 2] %}{% if true %}{{ i }}{% break %}{% endif %}{% endfor %}")
+                .render({}),
+            "1");
+}
+
 TEST(JinjaErrors, MacroArgumentErrors) {
   EXPECT_EQ(fail_of("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}").message,
             "macro 'f' takes not more than 1 argument(s)");

@@ -276,6 +276,17 @@ TEST(JinjaRender, Globals) {
   });
 }
 
+TEST(JinjaRender, MoreFilters) {
+  run_cases({
+      {R"~~({{ "hello world foo bar baz" | truncate(12) }}|{{ "hello world foo bar baz" | truncate(12, true) }}|{{ "abcdefghijklmnop" | truncate(10, end="~") }})~~",
+       "{}", R"~~(hello...|hello wor...|abcdefghi~)~~"},
+      {R"~~({{ [1,2,3,4,5] | slice(3, "x") | list }})~~", "{}",
+       R"~~([[1, 2], [3, 4], [5, 'x']])~~"},
+      {R"~~({{ "a b/c&d=é" | urlencode }}|{{ {"k y": "v/w", "n": 1} | urlencode }})~~", "{}",
+       R"~~(a%20b/c%26d%3D%C3%A9|k+y=v%2Fw&n=1)~~"},
+  });
+}
+
 TEST(JinjaRender, GenerationTagRendersItsBody) {
   EXPECT_EQ(render("a{% generation %}b{{ 1 }}{% endgeneration %}c", "{}"), "ab1c");
 }

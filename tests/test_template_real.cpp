@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "test_util.h"
 #include "text/chat_template.h"
@@ -145,8 +146,38 @@ TEST(ChatTemplateReal, Llama3_2) {
 TEST(ChatTemplateReal, Gemma4) {
   run_real("gemma4", false);
 }
+TEST(ChatTemplateReal, Gemma4E2B) {
+  run_real("gemma4_e2b", false);
+}
 TEST(ChatTemplateReal, Ministral3) {
   run_real("ministral3", false);
+}
+
+// One ChatTemplate serves concurrent requests: rendering shares only the
+// immutable syntax tree.
+TEST(ChatTemplateReal, ConcurrentRendersAgree) {
+  json doc = load_fixture("gemma4_e2b");
+  ASSERT_FALSE(doc.is_null());
+  ChatTemplate tpl =
+      ChatTemplate::from_string(doc["chat_template"].get<std::string>(), special_tokens(doc));
+  std::vector<std::thread> threads;
+  std::vector<int> matched(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round)
+        for (const auto& c : doc["cases"]) {
+          if (!c.contains("prompt")) continue;
+          std::string got =
+              tpl.render(c["messages"], c["tools"], c["add_generation_prompt"].get<bool>(),
+                         c["kwargs"], options_for(c));
+          matched[t] += got == c["prompt"].get<std::string>();
+        }
+    });
+  }
+  for (auto& th : threads) th.join();
+  int want = 0;
+  for (const auto& c : doc["cases"]) want += c.contains("prompt");
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(matched[t], 5 * want) << "thread " << t;
 }
 
 }  // namespace

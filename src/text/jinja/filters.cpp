@@ -7,6 +7,7 @@
 
 #include "text/jinja/args.h"
 #include "text/jinja/builtins.h"
+#include "text/jinja/error.h"
 #include "text/jinja/ops.h"
 #include "text/jinja/parser.h"
 #include "text/jinja/pyfmt.h"
@@ -61,6 +62,13 @@ std::vector<Value> as_items(const Value& v) {
 
 Value to_list(std::vector<Value> items) {
   return Value::new_list(std::move(items));
+}
+
+// What Jinja returns as a lazy generator (map, select, unique, ...).
+Value to_gen(std::vector<Value> items, const char* type = "generator") {
+  Value v = Value::new_list(std::move(items));
+  v.list->gen_type = type;
+  return v;
 }
 
 std::string do_indent(const std::string& s, const Value& width, bool first, bool blank) {
@@ -163,96 +171,6 @@ std::vector<Value> sorted_values(std::vector<Value> items,
   return out;
 }
 
-// Python's "%" string formatting for the |format filter.
-std::string percent_format(const std::string& fmt, const CallArgs& a) {
-  std::string out;
-  size_t argi = 0;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] != '%') {
-      out.push_back(fmt[i]);
-      continue;
-    }
-    if (++i >= fmt.size()) fail("incomplete format");
-    const Value* v = nullptr;
-    if (fmt[i] == '(') {
-      size_t e = fmt.find(')', i);
-      if (e == std::string::npos) fail("incomplete format key");
-      v = a.kwarg(fmt.substr(i + 1, e - i - 1));
-      if (!v) fail("format requires a mapping");
-      i = e + 1;
-    }
-    std::string flags;
-    while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos)
-      flags.push_back(fmt[i++]);
-    std::string width, prec;
-    while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])))
-      width.push_back(fmt[i++]);
-    if (i < fmt.size() && fmt[i] == '.') {
-      ++i;
-      while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])))
-        prec.push_back(fmt[i++]);
-      if (prec.empty()) prec = "0";
-    }
-    if (i >= fmt.size()) fail("incomplete format");
-    const char conv = fmt[i];
-    if (conv == '%') {
-      out.push_back('%');
-      continue;
-    }
-    if (!v) {
-      if (argi >= a.pos.size()) fail("not enough arguments for format string");
-      v = &a.pos[argi++];
-    }
-    std::string spec = "%" + flags + width + (prec.empty() ? "" : "." + prec);
-    char buf[512];
-    std::string piece;
-    switch (conv) {
-      case 's':
-      case 'r': {
-        std::string s = conv == 's' ? py_str(*v) : py_repr(*v);
-        if (!prec.empty()) s = s.substr(0, std::stoul(prec));
-        const size_t w = width.empty() ? 0 : std::stoul(width);
-        const size_t n = str::length(s);
-        if (n < w) {
-          if (flags.find('-') != std::string::npos)
-            s += std::string(w - n, ' ');
-          else
-            s = std::string(w - n, ' ') + s;
-        }
-        piece = s;
-        break;
-      }
-      case 'd':
-      case 'i':
-      case 'x':
-      case 'X':
-      case 'o': {
-        if (!v->is_number())
-          fail("%%%c format: a real number is required, not %s", conv, type_name(*v));
-        long long n = v->kind == Kind::Float ? (long long)v->f : (long long)v->as_int();
-        std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), n);
-        piece = buf;
-        break;
-      }
-      case 'f':
-      case 'F':
-      case 'e':
-      case 'E':
-      case 'g':
-      case 'G': {
-        if (!v->is_number()) fail("must be real number, not %s", type_name(*v));
-        std::snprintf(buf, sizeof buf, (spec + conv).c_str(), v->as_double());
-        piece = buf;
-        break;
-      }
-      default: fail("unsupported format character '%c'", conv);
-    }
-    out += piece;
-  }
-  if (argi < a.pos.size()) fail("not all arguments converted during string formatting");
-  return out;
-}
-
 JsonOptions json_options(const Params& p) {
   JsonOptions o;
   if (p.has(0)) o.ensure_ascii = truthy(*p[0]);
@@ -276,7 +194,30 @@ JsonOptions json_options(const Params& p) {
 
 }  // namespace
 
+static Value filter_impl(Interpreter& in, const std::string& name, const Value& v, CallArgs& a);
+
+// Jinja's map/select/reject/selectattr/rejectattr/unique/items/batch are
+// generators: their errors surface only when the result is iterated.
 Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, CallArgs& a) {
+  static const char* const kLazy[] = {"map",    "select", "reject", "selectattr", "rejectattr",
+                                      "unique", "items",  "batch",  "slice"};
+  bool lazy = false;
+  for (const char* l : kLazy) lazy |= name == l;
+  if (!lazy) return filter_impl(in, name, v, a);
+  try {
+    return filter_impl(in, name, v, a);
+  } catch (const TemplateError& e) {
+    Value g = to_gen({});
+    g.list->deferred_error = e.message();
+    return g;
+  } catch (const tandem::Error& e) {
+    Value g = to_gen({});
+    g.list->deferred_error = e.what();
+    return g;
+  }
+}
+
+static Value filter_impl(Interpreter& in, const std::string& name, const Value& v, CallArgs& a) {
   const std::string& n = name;
   auto P = [&](std::initializer_list<const char*> names) { return Params(a, names, n); };
 
@@ -347,6 +288,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
   }
   if (n == "first" || n == "last") {
     P({});
+    if (n == "last" && v.is_generator()) fail("'%s' object is not reversible", type_name(v));
     std::vector<Value> items = as_items(v);
     if (items.empty())
       return Value::undefined(n == "first" ? "No first item, sequence was empty."
@@ -359,12 +301,12 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
   }
   if (n == "items") {
     P({});
-    if (v.is_undefined()) return to_list({});
+    if (v.is_undefined()) return to_gen({});
     if (!v.is_dict()) fail("Can only get item pairs from a mapping.");
     std::vector<Value> out;
     for (const auto& kv : v.dict->items)
       out.push_back(Value::new_list({kv.first, kv.second}, true));
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "dictsort") {
     Params p = P({"case_sensitive", "by", "reverse"});
@@ -411,7 +353,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       seen.push_back(k);
       out.push_back(it);
     }
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "min" || n == "max") {
     Params p = P({"case_sensitive", "attribute"});
@@ -450,7 +392,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       std::vector<Value> path = attr_parts(*a.kwarg("attribute"));
       for (const auto& it : items)
         out.push_back(lookup_path(it, path, dflt && !dflt->is_none() ? dflt : nullptr));
-      return to_list(std::move(out));
+      return to_gen(std::move(out));
     }
     if (a.pos.empty()) fail("map requires a filter argument");
     const std::string fname = str_arg(a.pos[0], "filter name");
@@ -461,7 +403,7 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       CallArgs copy = rest;
       out.push_back(in.apply_filter(fname, it, copy));
     }
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "select" || n == "reject" || n == "selectattr" || n == "rejectattr") {
     const bool attr = n == "selectattr" || n == "rejectattr";
@@ -493,12 +435,13 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       }
       if (r == keep_true) out.push_back(it);
     }
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "attr") {
     Params p = P({"name"});
     if (!p[0]) fail("attr filter needs a name");
     const std::string& an = str_arg(*p[0], "attribute name");
+    if (v.is_undefined()) undefined_error(v);
     if (v.kind == Kind::Object) {
       Value out;
       if (v.obj->get_attr(an, out)) return out;
@@ -516,9 +459,12 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
       std::reverse(cps.begin(), cps.end());
       return Value::string(str::from_cps(cps), v.safe);
     }
+    const bool was_generator = v.is_generator();
     std::vector<Value> items = as_items(v);
     std::reverse(items.begin(), items.end());
-    return to_list(std::move(items));
+    if (was_generator) return to_list(std::move(items));  // reversed() fails; list(value) used
+    return to_gen(std::move(items),
+                  v.is_dict() ? "dict_reversekeyiterator" : "list_reverseiterator");
   }
   if (n == "int") {
     Params p = P({"default", "base"});
@@ -556,6 +502,18 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
     if (!v.is_number()) fail("type %s doesn't define __round__ method", type_name(v));
     if (method == "common") {
       if (v.kind != Kind::Float && prec >= 0) return Value::integer(v.as_int());
+      if (v.kind != Kind::Float && prec > -19) {
+        // int.__round__ with negative digits: round half to even, stays int.
+        int64_t p = 1;
+        for (int64_t k = 0; k < -prec; ++k) p *= 10;
+        int64_t x = v.as_int(), q = x / p, r = x % p;
+        if (r < 0) {
+          r += p;
+          --q;
+        }
+        if (2 * r > p || (2 * r == p && (q & 1))) ++q;
+        return Value::integer(q * p);
+      }
       return Value::number(py_round(v.as_double(), prec));
     }
     const double scale = std::pow(10.0, double(prec));
@@ -570,7 +528,12 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
   }
   if (n == "indent") {
     Params p = P({"width", "first", "blank"});
-    Value s = soft_str(v);
+    if (v.is_undefined()) undefined_error(v);
+    if (!v.is_string())
+      fail(v.is_list() ? "'%s' object has no attribute 'splitlines'"
+                       : "unsupported operand type(s) for +=: '%s' and 'str'",
+           type_name(v));
+    Value s = v;
     return Value::string(do_indent(s.s, p.has(0) ? *p[0] : Value::integer(4),
                                    p.has(1) && truthy(*p[1]), p.has(2) && truthy(*p[2])),
                          s.safe);
@@ -616,12 +579,87 @@ Value builtin_filter(Interpreter& in, const std::string& name, const Value& v, C
         while (int64_t(cur.size()) < cnt) cur.push_back(*p[1]);
       out.push_back(to_list(std::move(cur)));
     }
-    return to_list(std::move(out));
+    return to_gen(std::move(out));
   }
   if (n == "format") {
     if (!a.pos.empty() && !a.kw.empty())
       fail("can't handle positional and keyword arguments at the same time");
     return Value::string(percent_format(py_str(v), a));
+  }
+  if (n == "truncate") {
+    Params p = P({"length", "killwords", "end", "leeway"});
+    const std::string s = py_str(v);
+    const int64_t len = p.has(0) ? int_arg(*p[0], "length") : 255;
+    const std::string end = p.has(2) ? py_str(*p[2]) : "...";
+    const int64_t leeway = p.has(3) && !p[3]->is_none() ? int_arg(*p[3], "leeway") : 5;
+    const int64_t end_len = int64_t(str::length(end));
+    if (len < end_len)
+      fail("expected length >= %lld, got %lld", (long long)end_len, (long long)len);
+    if (leeway < 0) fail("expected leeway >= 0, got %lld", (long long)leeway);
+    std::vector<uint32_t> cps = str::to_cps(s);
+    if (int64_t(cps.size()) <= len + leeway) return Value::string(s);
+    std::string head = str::from_cps(cps.data(), size_t(len - end_len));
+    if (!(p.has(1) && truthy(*p[1]))) {
+      size_t sp = head.rfind(' ');
+      if (sp != std::string::npos) head.resize(sp);
+    }
+    return Value::string(head + end);
+  }
+  if (n == "slice") {
+    Params p = P({"slices", "fill_with"});
+    if (!p[0]) fail("slice needs a number of slices");
+    const int64_t slices = int_arg(*p[0], "slices");
+    std::vector<Value> seq = as_items(v);
+    const int64_t length = int64_t(seq.size());
+    if (slices <= 0) fail("integer division or modulo by zero");
+    const int64_t per = length / slices, extra = length % slices;
+    int64_t offset = 0;
+    std::vector<Value> out;
+    for (int64_t k = 0; k < slices; ++k) {
+      const int64_t start = offset + k * per;
+      if (k < extra) ++offset;
+      const int64_t stop = offset + (k + 1) * per;
+      std::vector<Value> part(seq.begin() + start, seq.begin() + stop);
+      if (p[1] && !p[1]->is_none() && k >= extra) part.push_back(*p[1]);
+      out.push_back(to_list(std::move(part)));
+    }
+    return to_gen(std::move(out));
+  }
+  if (n == "urlencode") {
+    P({});
+    auto quote = [](const std::string& s, bool for_qs) {
+      static const char* hex = "0123456789ABCDEF";
+      std::string out;
+      for (unsigned char c : s) {
+        if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' ||
+            (!for_qs && c == '/')) {
+          out.push_back(char(c));
+        } else if (for_qs && c == ' ') {
+          out.push_back('+');
+        } else {
+          out.push_back('%');
+          out.push_back(hex[c >> 4]);
+          out.push_back(hex[c & 15]);
+        }
+      }
+      return out;
+    };
+    if (v.is_string() || !(v.kind == Kind::List || v.is_dict()))
+      return Value::string(quote(py_str(v), false));
+    std::string out;
+    std::vector<Value> pairs;
+    if (v.is_dict())
+      for (const auto& kv : v.dict->items)
+        pairs.push_back(Value::new_list({kv.first, kv.second}, true));
+    else
+      pairs = as_items(v);
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      std::vector<Value> kv = iterate(pairs[k]);
+      if (kv.size() != 2) fail("too many values to unpack (expected 2)");
+      if (k) out += "&";
+      out += quote(py_str(kv[0]), true) + "=" + quote(py_str(kv[1]), true);
+    }
+    return Value::string(out);
   }
   if (n == "pprint") {
     P({});

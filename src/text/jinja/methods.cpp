@@ -410,7 +410,7 @@ bool find_method(const Value& self, const std::string& name, Value& out) {
   switch (self.kind) {
     case Kind::String: return str_method(self, name, out);
     case Kind::Dict: return dict_method(self, name, out);
-    case Kind::List: return list_method(self, name, out);
+    case Kind::List: return self.list->gen_type ? false : list_method(self, name, out);
     default: return false;
   }
 }

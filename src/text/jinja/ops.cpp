@@ -120,7 +120,16 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     unsupported("*", a, b);
   }
   if (!a.is_number() || !b.is_number()) {
-    if (op == "%" && a.is_string()) fail("printf-style string formatting with %% is not supported");
+    if (op == "%" && a.is_string()) {
+      CallArgs args;
+      if (b.is_list() && b.list->tuple)
+        args.pos = b.list->items;
+      else if (b.is_dict())
+        for (const auto& kv : b.dict->items) args.kw.emplace_back(py_str(kv.first), kv.second);
+      else
+        args.pos.push_back(b);
+      return Value::string(percent_format(a.s, args));
+    }
     unsupported(op == "**" ? "** or pow()" : op.c_str(), a, b);
   }
   if (op == "-") {
@@ -181,7 +190,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       return Value::number(std::pow(a.as_double(), b.as_double()));
     }
     if (a.as_double() == 0 && b.as_double() < 0) fail("0.0 cannot be raised to a negative power");
-    return Value::number(std::pow(a.as_double(), b.as_double()));
+    const double r = std::pow(a.as_double(), b.as_double());
+    if (std::isinf(r) && std::isfinite(a.as_double()) && std::isfinite(b.as_double()))
+      fail("(34, 'Numerical result out of range')");
+    return Value::number(r);
   }
   fail("unknown operator %s", op.c_str());
 }
@@ -234,7 +246,7 @@ bool contains(const Value& container, const Value& item) {
         fail("'in <string>' requires string as left operand, not %s", type_name(item));
       return container.s.find(item.s) != std::string::npos;
     case Kind::List:
-      for (const auto& v : container.list->items)
+      for (const auto& v : iterate(container))
         if (equals(v, item)) return true;
       return false;
     case Kind::Dict: return container.dict->find(item) != nullptr;
@@ -255,6 +267,8 @@ Value getattr(const Value& obj, const std::string& name) {
 
 Value getitem(const Value& obj, const Value& key) {
   if (obj.is_undefined()) undefined_error(obj);
+  if (obj.is_generator())
+    return Value::undefined("'" + object_type_repr(obj) + "' has no attribute " + py_repr(key));
   switch (obj.kind) {
     case Kind::Dict:
       if (const Value* v = obj.dict->find(key)) return *v;
@@ -290,6 +304,7 @@ Value getitem(const Value& obj, const Value& key) {
 
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.is_undefined()) undefined_error(obj);
+  if (obj.is_generator()) return Value::undefined("'generator' object is not subscriptable");
   auto as_opt = [](const Value& v, const char* what) -> std::pair<bool, int64_t> {
     if (v.is_none() || v.is_undefined()) return {false, 0};
     if (v.kind != Kind::Int && v.kind != Kind::Bool)
@@ -349,7 +364,13 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 
 std::vector<Value> iterate(const Value& v) {
   switch (v.kind) {
-    case Kind::List: return v.list->items;
+    case Kind::List:
+      if (v.list->gen_type) {
+        if (!v.list->deferred_error.empty()) fail("%s", v.list->deferred_error.c_str());
+        if (v.list->consumed) return {};
+        v.list->consumed = true;
+      }
+      return v.list->items;
     case Kind::Dict: {
       std::vector<Value> keys;
       keys.reserve(v.dict->items.size());
@@ -374,7 +395,9 @@ std::vector<Value> iterate(const Value& v) {
 int64_t length(const Value& v) {
   switch (v.kind) {
     case Kind::String: return int64_t(str::length(v.s));
-    case Kind::List: return int64_t(v.list->items.size());
+    case Kind::List:
+      if (v.list->gen_type) fail("object of type '%s' has no len()", v.list->gen_type);
+      return int64_t(v.list->items.size());
     case Kind::Dict: return int64_t(v.dict->items.size());
     case Kind::Undefined: return 0;
     default: fail("object of type '%s' has no len()", type_name(v));

@@ -4,30 +4,13 @@
 #include <set>
 
 #include "text/jinja/error.h"
+#include "text/jinja/parse_checks.h"
 
 namespace tandem::jinja {
 
 namespace {
 
 constexpr int kMaxNesting = 200;
-
-const char* const kFilters[] = {
-    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
-    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
-    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
-    "int",    "items",      "join",        "last",       "length",   "list",
-    "lower",  "map",        "max",         "min",        "pprint",   "random",
-    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
-    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
-    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
-    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr"};
-const char* const kTests[] = {
-    "!=",       "<",        "<=",          "==",       ">",           ">=",       "boolean",
-    "callable", "defined",  "divisibleby", "eq",       "equalto",     "escaped",  "even",
-    "false",    "filter",   "float",       "ge",       "greaterthan", "gt",       "in",
-    "integer",  "iterable", "le",          "lessthan", "lower",       "lt",       "mapping",
-    "ne",       "none",     "number",      "odd",      "sameas",      "sequence", "string",
-    "test",     "true",     "undefined",   "upper"};
 
 class Parser {
  public:
@@ -44,6 +27,7 @@ class Parser {
   std::vector<Token> t_;
   size_t p_ = 0;
   int depth_ = 0;
+  int loop_depth_ = 0;  // for-loop bodies around the current point (break/continue)
   std::vector<std::vector<std::string>> end_stack_;
 
   struct DepthGuard {
@@ -198,6 +182,7 @@ class Parser {
       return s;
     }
     if (n == "break" || n == "continue") {
+      if (loop_depth_ == 0) fail("'" + n + "' outside loop", line);
       next();
       return make_stmt(n == "break" ? SK::Break : SK::Continue, line);
     }
@@ -243,7 +228,9 @@ class Parser {
     s->expr = parse_tuple(false, {"recursive"}, false);
     if (skip_name("if")) s->test = parse_expression(true);
     s->recursive = skip_name("recursive");
+    ++loop_depth_;
     s->body = parse_body({"endfor", "else"}, false);
+    --loop_depth_;
     const std::string tag = cur().text;
     next();
     if (tag == "else") s->else_body = parse_body({"endfor"}, true);
@@ -280,17 +267,17 @@ class Parser {
     expect_op(")");
   }
 
-  static void scan_names(const Expr* e, Stmt& m);
-  static void scan_body(const Body& b, Stmt& m);
-
   StmtPtr parse_macro() {
     const int line = cur().line;
     next();
     auto s = make_stmt(SK::Macro, line);
     s->name = expect_name();
     parse_signature(*s);
+    const int saved_loops = loop_depth_;
+    loop_depth_ = 0;
     s->body = parse_body({"endmacro"}, true);
-    scan_body(s->body, *s);
+    loop_depth_ = saved_loops;
+    scan_macro_body(*s);
     return s;
   }
 
@@ -301,8 +288,11 @@ class Parser {
     if (is_op("(")) parse_signature(*s);
     s->expr = parse_expression(true);
     if (s->expr->kind != EK::Call) fail("expected call", line);
+    const int saved_loops = loop_depth_;
+    loop_depth_ = 0;
     s->body = parse_body({"endcall"}, true);
-    scan_body(s->body, *s);
+    loop_depth_ = saved_loops;
+    scan_macro_body(*s);
     return s;
   }
 
@@ -783,88 +773,12 @@ class Parser {
   }
 };
 
-void Parser::scan_names(const Expr* e, Stmt& m) {
-  if (!e) return;
-  if (e->kind == EK::Name) {
-    if (e->name == "varargs") m.uses_varargs = true;
-    if (e->name == "kwargs") m.uses_kwargs = true;
-    if (e->name == "caller") m.uses_caller = true;
-  }
-  for (const auto& i : e->items) scan_names(i.get(), m);
-  for (const auto& kv : e->kwargs) scan_names(kv.second.get(), m);
-  scan_names(e->a.get(), m);
-  scan_names(e->b.get(), m);
-  scan_names(e->c.get(), m);
-  scan_names(e->dyn_args.get(), m);
-  scan_names(e->dyn_kwargs.get(), m);
-}
-
-void Parser::scan_body(const Body& b, Stmt& m) {
-  for (const auto& s : b) {
-    for (const auto& e : s->exprs) scan_names(e.get(), m);
-    scan_names(s->target.get(), m);
-    scan_names(s->expr.get(), m);
-    scan_names(s->test.get(), m);
-    scan_names(s->filter.get(), m);
-    for (const auto& d : s->defaults) scan_names(d.get(), m);
-    scan_body(s->body, m);
-    scan_body(s->else_body, m);
-  }
-}
-
-// Jinja's compiler rejects unknown filters/tests outside `if` bodies and
-// conditional expressions.
-void check_expr(const Expr* e, bool soft) {
-  if (!e) return;
-  if (e->kind == EK::CondExpr) soft = true;
-  if (!soft) {
-    if (e->kind == EK::Filter && !is_known_filter(e->name))
-      throw TemplateError("No filter named '" + e->name + "'.", e->line);
-    if (e->kind == EK::Test && !is_known_test(e->name))
-      throw TemplateError("No test named '" + e->name + "'.", e->line);
-  }
-  for (const auto& i : e->items) check_expr(i.get(), soft);
-  for (const auto& kv : e->kwargs) check_expr(kv.second.get(), soft);
-  check_expr(e->a.get(), soft);
-  check_expr(e->b.get(), soft);
-  check_expr(e->c.get(), soft);
-  check_expr(e->dyn_args.get(), soft);
-  check_expr(e->dyn_kwargs.get(), soft);
-}
-
-void check_body(const Body& b, bool soft) {
-  for (const auto& s : b) {
-    const bool inner_soft = s->kind == SK::If ? true : (s->kind == SK::Scope ? soft : false);
-    const bool own_soft = s->kind == SK::If ? true : soft;
-    for (const auto& e : s->exprs) check_expr(e.get(), own_soft);
-    check_expr(s->target.get(), own_soft);
-    check_expr(s->expr.get(), own_soft);
-    check_expr(s->test.get(), own_soft);
-    check_expr(s->filter.get(), own_soft);
-    for (const auto& d : s->defaults) check_expr(d.get(), false);
-    check_body(s->body, inner_soft);
-    check_body(s->else_body, inner_soft);
-  }
-}
-
 }  // namespace
-
-bool is_known_filter(std::string_view name) {
-  for (const char* f : kFilters)
-    if (name == f) return true;
-  return false;
-}
-
-bool is_known_test(std::string_view name) {
-  for (const char* t : kTests)
-    if (name == t) return true;
-  return false;
-}
 
 TemplateAst parse(std::string_view source, const LexOptions& opts) {
   Parser p(tokenize(source, opts));
   TemplateAst ast = p.parse_template();
-  check_body(ast.body, false);
+  check_names(ast);
   return ast;
 }
 

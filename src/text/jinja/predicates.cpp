@@ -33,15 +33,6 @@ bool same_object(const Value& a, const Value& b) {
   }
 }
 
-int64_t int_mod(const Value& v, int64_t m) {
-  if (v.is_undefined()) undefined_error(v);
-  if (v.kind == Kind::Float) return int64_t(std::fmod(v.f, double(m)) != 0);
-  if (!v.is_number()) fail("not all arguments converted during string formatting");
-  int64_t r = v.as_int() % m;
-  if (r < 0) r += m;
-  return r;
-}
-
 }  // namespace
 
 bool builtin_test(Interpreter& in, const std::string& n, const Value& v, CallArgs& a) {
@@ -59,10 +50,11 @@ bool builtin_test(Interpreter& in, const std::string& n, const Value& v, CallArg
   if (n == "string") return none_args(), v.is_string();
   if (n == "mapping") return none_args(), v.is_dict();
   if (n == "iterable")
-    return none_args(), v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+    return none_args(), v.is_string() || v.kind == Kind::List || v.is_dict() || v.is_undefined();
   if (n == "sequence")
     return none_args(), v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
-  if (n == "callable") return none_args(), v.kind == Kind::Func;
+  if (n == "callable")  // Undefined has __call__ (it raises), so Python calls it callable
+    return none_args(), v.kind == Kind::Func || v.is_undefined();
   if (n == "escaped") return none_args(), v.is_string() && v.safe;
   if (n == "lower" || n == "upper") {
     none_args();
@@ -78,8 +70,8 @@ bool builtin_test(Interpreter& in, const std::string& n, const Value& v, CallArg
   }
   if (n == "odd" || n == "even") {
     none_args();
-    const bool odd = int_mod(v, 2) == 1;
-    return n == "odd" ? odd : !odd;
+    // value % 2 == 1 (or == 0), with Python's modulo.
+    return equals(binary_op("%", v, Value::integer(2)), Value::integer(n == "odd" ? 1 : 0));
   }
   if (n == "divisibleby") {
     Params p(a, {"num"}, n);

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 #include "core/error.h"
 #include "text/jinja/strutil.h"
@@ -96,9 +97,15 @@ std::string py_string_repr(std::string_view s) {
 static void repr_into(std::string& out, const Value& v, int depth) {
   if (depth > 200) fail("maximum recursion depth exceeded while getting the repr of an object");
   switch (v.kind) {
-    case Kind::String: out += py_string_repr(v.s); return;
+    case Kind::String:
+      out += v.safe ? "Markup(" + py_string_repr(v.s) + ")" : py_string_repr(v.s);
+      return;
     case Kind::Undefined: out += "Undefined"; return;
     case Kind::List: {
+      if (v.list->gen_type) {
+        out += std::string("<") + v.list->gen_type + " object>";
+        return;
+      }
       const bool tup = v.list->tuple;
       out += tup ? "(" : "[";
       for (size_t k = 0; k < v.list->items.size(); ++k) {
@@ -230,6 +237,7 @@ struct JsonWriter {
         return;
       case Kind::String: json_string(out, v.s, o.ensure_ascii); return;
       case Kind::List: {
+        if (v.list->gen_type) fail("Object of type %s is not JSON serializable", v.list->gen_type);
         const auto& items = v.list->items;
         if (items.empty()) {
           out += "[]";
@@ -279,6 +287,96 @@ struct JsonWriter {
 };
 
 }  // namespace
+
+// Python's "%" string formatting for the |format filter.
+std::string percent_format(const std::string& fmt, const CallArgs& a) {
+  std::string out;
+  size_t argi = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    if (++i >= fmt.size()) fail("incomplete format");
+    const Value* v = nullptr;
+    if (fmt[i] == '(') {
+      size_t e = fmt.find(')', i);
+      if (e == std::string::npos) fail("incomplete format key");
+      v = a.kwarg(fmt.substr(i + 1, e - i - 1));
+      if (!v) fail("format requires a mapping");
+      i = e + 1;
+    }
+    std::string flags;
+    while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos)
+      flags.push_back(fmt[i++]);
+    std::string width, prec;
+    while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])))
+      width.push_back(fmt[i++]);
+    if (i < fmt.size() && fmt[i] == '.') {
+      ++i;
+      while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])))
+        prec.push_back(fmt[i++]);
+      if (prec.empty()) prec = "0";
+    }
+    if (i >= fmt.size()) fail("incomplete format");
+    const char conv = fmt[i];
+    if (conv == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (!v) {
+      if (argi >= a.pos.size()) fail("not enough arguments for format string");
+      v = &a.pos[argi++];
+    }
+    std::string spec = "%" + flags + width + (prec.empty() ? "" : "." + prec);
+    char buf[512];
+    std::string piece;
+    switch (conv) {
+      case 's':
+      case 'r': {
+        std::string s = conv == 's' ? py_str(*v) : py_repr(*v);
+        if (!prec.empty()) s = s.substr(0, std::stoul(prec));
+        const size_t w = width.empty() ? 0 : std::stoul(width);
+        const size_t n = str::length(s);
+        if (n < w) {
+          if (flags.find('-') != std::string::npos)
+            s += std::string(w - n, ' ');
+          else
+            s = std::string(w - n, ' ') + s;
+        }
+        piece = s;
+        break;
+      }
+      case 'd':
+      case 'i':
+      case 'x':
+      case 'X':
+      case 'o': {
+        if (!v->is_number())
+          fail("%%%c format: a real number is required, not %s", conv, type_name(*v));
+        long long n = v->kind == Kind::Float ? (long long)v->f : (long long)v->as_int();
+        std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), n);
+        piece = buf;
+        break;
+      }
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G': {
+        if (!v->is_number()) fail("must be real number, not %s", type_name(*v));
+        std::snprintf(buf, sizeof buf, (spec + conv).c_str(), v->as_double());
+        piece = buf;
+        break;
+      }
+      default: fail("unsupported format character '%c'", conv);
+    }
+    out += piece;
+  }
+  if (argi < a.pos.size()) fail("not all arguments converted during string formatting");
+  return out;
+}
 
 std::string json_dumps(const Value& v, const JsonOptions& o) {
   JsonWriter w{o, {}, {}, {}};

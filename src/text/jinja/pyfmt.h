@@ -14,6 +14,10 @@ std::string py_string_repr(std::string_view s);
 std::string py_str(const Value& v);   // str(x); Undefined prints as ""
 std::string py_repr(const Value& v);  // repr(x)
 
+// Python's `fmt % args` (printf-style): positional args, or %(name)s keys
+// from the keyword arguments.
+std::string percent_format(const std::string& fmt, const CallArgs& args);
+
 struct JsonOptions {
   bool ensure_ascii = false;
   std::optional<std::string> indent;             // None, or the indent unit

@@ -110,7 +110,7 @@ bool truthy(const Value& v) {
     case Kind::Int: return v.i != 0;
     case Kind::Float: return v.f != 0.0;
     case Kind::String: return !v.s.empty();
-    case Kind::List: return !v.list->items.empty();
+    case Kind::List: return v.list->gen_type || !v.list->items.empty();
     case Kind::Dict: return !v.dict->items.empty();
     case Kind::Object:
     case Kind::Func: return true;
@@ -130,6 +130,7 @@ bool equals(const Value& a, const Value& b) {
     case Kind::String: return a.s == b.s;
     case Kind::List: {
       if (a.list == b.list) return true;
+      if (a.list->gen_type || b.list->gen_type) return false;
       if (a.list->tuple != b.list->tuple || a.list->items.size() != b.list->items.size())
         return false;
       for (size_t k = 0; k < a.list->items.size(); ++k)
@@ -159,7 +160,7 @@ const char* type_name(const Value& v) {
     case Kind::Int: return "int";
     case Kind::Float: return "float";
     case Kind::String: return v.safe ? "Markup" : "str";
-    case Kind::List: return v.list->tuple ? "tuple" : "list";
+    case Kind::List: return v.list->gen_type ? v.list->gen_type : v.list->tuple ? "tuple" : "list";
     case Kind::Dict: return "dict";
     case Kind::Object: return v.obj->type_name();
     case Kind::Func: return v.fn->is_macro ? "Macro" : "function";

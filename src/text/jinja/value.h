@@ -25,6 +25,12 @@ enum class Kind : uint8_t { Undefined, None, Bool, Int, Float, String, List, Dic
 struct ListObj {
   std::vector<Value> items;
   bool tuple = false;
+  // Non-null for the lazy iterators Jinja's filters return ("generator",
+  // "list_reverseiterator"): always truthy, no len(), not subscriptable, and
+  // exhausted after one iteration.
+  const char* gen_type = nullptr;
+  bool consumed = false;
+  std::string deferred_error;  // a lazy filter's error, raised when iterated
 };
 
 struct DictObj {
@@ -84,7 +90,8 @@ struct Value {
   bool is_none() const { return kind == Kind::None; }
   bool is_string() const { return kind == Kind::String; }
   bool is_number() const { return kind == Kind::Int || kind == Kind::Float || kind == Kind::Bool; }
-  bool is_list() const { return kind == Kind::List; }
+  bool is_list() const { return kind == Kind::List && !list->gen_type; }
+  bool is_generator() const { return kind == Kind::List && list->gen_type; }
   bool is_dict() const { return kind == Kind::Dict; }
   double as_double() const { return kind == Kind::Float ? f : double(kind == Kind::Bool ? b : i); }
   int64_t as_int() const { return kind == Kind::Bool ? int64_t(b) : i; }
