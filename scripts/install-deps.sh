@@ -7,6 +7,7 @@ packages=(
   g++ cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libpcre2-dev
   libcpp-httplib-dev libstb-dev libwebp-dev
+  clang libclang-rt-14-dev
   nodejs
 )
 # The OpenAI SDK client test needs npm: Debian packages it apart from nodejs,
