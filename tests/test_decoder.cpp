@@ -63,10 +63,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderConsistency,
                          testing::Values("llama-f32", "qwen3-f32", "gemma3_text-f32",
                                          "gemma4_text-f32", "ministral3-f32"),
                          [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
+                           return tandem::test::fixture_param_name(info.param);
                          });
 
 TEST(Decoder, RejectsIdsOutsideTheVocabulary) {

@@ -90,18 +90,12 @@ TEST_P(Parity, GreedyContinuationMatchesTransformers) {
   EXPECT_EQ(json::parse(r.out)["ids"], ref["greedy"]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Parity,
-                         testing::Values("llama-f32", "llama-bf16", "qwen2-f32", "qwen2-bf16",
-                                         "qwen3-f32", "qwen3-bf16", "qwen3-f16", "gemma3_text-f32",
-                                         "gemma3_text-bf16", "gemma3-f32", "gemma3-bf16",
-                                         "gemma4_text-f32", "gemma4_text-bf16", "gemma4-f32",
-                                         "gemma4-bf16", "ministral3-f32", "ministral3-bf16",
-                                         "mistral3-f32", "mistral3-bf16"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, Parity,
+    testing::Values("llama-f32", "llama-bf16", "qwen2-f32", "qwen2-bf16", "qwen3-f32", "qwen3-bf16",
+                    "qwen3-f16", "gemma3_text-f32", "gemma3_text-bf16", "gemma3-f32", "gemma3-bf16",
+                    "gemma4_text-f32", "gemma4_text-bf16", "gemma4-f32", "gemma4-bf16",
+                    "ministral3-f32", "ministral3-bf16", "mistral3-f32", "mistral3-bf16"),
+    [](const auto& info) { return tandem::test::fixture_param_name(info.param); });
 
 }  // namespace

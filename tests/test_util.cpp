@@ -21,6 +21,13 @@ std::string fixture_dir(const std::string& name) {
   return source_dir() + "/tests/fixtures/parity/" + name;
 }
 
+std::string fixture_param_name(const std::string& fixture) {
+  std::string s = fixture;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+
 CommandResult run_tandem(const std::string& args) {
   TempDir tmp;
   const std::string out_path = tmp.path() + "/out", err_path = tmp.path() + "/err";

@@ -18,6 +18,9 @@ struct CommandResult {
 // Runs `tandem <args>` (args are shell-quoted by the caller).
 CommandResult run_tandem(const std::string& args);
 
+// gtest parameter names for fixture names ("llama-f32" -> "llama_f32").
+std::string fixture_param_name(const std::string& fixture);
+
 // A fresh temporary directory, removed with the object.
 class TempDir {
  public:

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/clock.h"
 #include "core/error.h"
 
 namespace tandem::cli {
@@ -31,8 +32,7 @@ std::vector<int32_t> parse_id_list(const std::string& text, const char* flag) {
 }
 
 double now_seconds() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
+  return monotonic_seconds();
 }
 
 std::unique_ptr<Model> load_model_verbose(const std::string& dir) {

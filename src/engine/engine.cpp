@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "backend/cpu/kernels.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/fault.h"
@@ -20,8 +21,7 @@ namespace tandem {
 namespace {
 
 double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
+  return monotonic_seconds();
 }
 
 constexpr size_t kDefaultKvBytes = size_t(2) << 30;
@@ -503,7 +503,8 @@ struct Engine::Impl {
     snapshot.kv_blocks_used = used;
     snapshot.requests = std::move(reqs);
     active_count = int(incoming.size()) +
-                   int(std::count_if(active.begin(), active.end(), [](const auto& q) { return !q->handle->finished(); }));
+                   int(std::count_if(active.begin(), active.end(),
+                                     [](const auto& q) { return !q->handle->finished(); }));
   }
 };
 

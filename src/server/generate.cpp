@@ -17,6 +17,7 @@
 #include <chrono>
 #include <random>
 
+#include "core/clock.h"
 #include "server/connection_probe.h"
 #include "server/openai_response.h"
 #include "server/server_state.h"
@@ -34,13 +35,11 @@ constexpr int kMaxEventsPerWrite = 64;
 constexpr int kClientGone = 499;
 
 double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
+  return monotonic_seconds();
 }
 
 int64_t unix_now() {
-  using namespace std::chrono;
-  return duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
+  return unix_seconds();
 }
 
 std::string random_id(const char* prefix) {

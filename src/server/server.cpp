@@ -14,6 +14,7 @@
 #include <regex>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "server/auth.h"
 #include "server/errors.h"
@@ -26,13 +27,11 @@ namespace {
 constexpr int kListenBacklog = 1024;  // capped by net.core.somaxconn
 
 double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
+  return monotonic_seconds();
 }
 
 int64_t unix_now() {
-  using namespace std::chrono;
-  return duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
+  return unix_seconds();
 }
 
 // Every route: its pattern (also the metrics label), the methods it answers
