@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "image/image.h"
+#include "image/preprocess.h"
 #include "image/resize.h"
 
 // Debian's libstb also carries stb_image_write, used here to make test files.
@@ -126,6 +127,58 @@ TEST(Resize, HalvingAveragesPairsLikePillow) {
   EXPECT_EQ(r.rgb[0], 29);
   // x=1: inputs 1..3 with 1/8,3/8,3/8 -> (40+240+360)/7 = 91.4 -> 91
   EXPECT_EQ(r.rgb[3], 91);
+}
+
+}  // namespace
+
+namespace {
+
+// The size rules worked by hand from the image processors' formulas;
+// pixel-exact parity with transformers' processors waits for the fixtures of
+// tools/fixtures/make_vision_fixtures.py (not yet generated: no GPU machine
+// could be had in the session that wrote this).
+TEST(Preprocess, PixtralScalesDownThenRoundsUpToThePatchMultiple) {
+  // 64x100 (h x w), longest edge 56: ratio 100/56, floor -> 35x56, up to 28s -> 56x56.
+  Size2 s = pixtral_target_size(64, 100, 56, 28);
+  EXPECT_EQ(s.height, 56);
+  EXPECT_EQ(s.width, 56);
+  // Small images are not scaled up, only padded up to the multiple.
+  s = pixtral_target_size(23, 61, 1540, 28);
+  EXPECT_EQ(s.height, 28);
+  EXPECT_EQ(s.width, 84);
+}
+
+TEST(Preprocess, Gemma4FillsThePatchBudgetKeepingTheAspect) {
+  // 768x768 with E2B's defaults (patch 16, 280 soft tokens x 9 patches, pooling 3):
+  // sqrt(2520 * 256 / 589824) = 1.0458 -> floor(803 / 48) * 48 = 768.
+  Size2 s = gemma4_target_size(768, 768, 16, 280 * 9, 3);
+  EXPECT_EQ(s.height, 768);
+  EXPECT_EQ(s.width, 768);
+  EXPECT_EQ((s.height / 16) * (s.width / 16) / 9, 256);  // soft tokens, as MODELS.md says
+  // A very wide strip: the short side rounds to 0 and gets one 48-pixel row.
+  s = gemma4_target_size(10, 4000, 16, 280 * 9, 3);
+  EXPECT_EQ(s.height, 48);
+  EXPECT_LE((s.height / 16) * (s.width / 16), 280 * 9);
+  // Extreme strips are capped at the longest side the budget allows.
+  s = gemma4_target_size(1, 1000000, 16, 70 * 9, 3);
+  EXPECT_EQ(s.height, 48);
+  EXPECT_EQ(s.width, 70 * 48);
+}
+
+TEST(Preprocess, NormalizeAndPatchifyLayouts) {
+  Image img;
+  img.width = 2;
+  img.height = 2;
+  img.rgb = {0, 255, 51, 255, 0, 102, 51, 102, 0, 102, 51, 255};
+  auto chw = normalize_chw(img, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f});
+  ASSERT_EQ(chw.size(), 12u);
+  EXPECT_FLOAT_EQ(chw[0], -1.0f);   // channel 0, pixel (0, 0)
+  EXPECT_FLOAT_EQ(chw[1], 1.0f);    // channel 0, pixel (0, 1)
+  EXPECT_FLOAT_EQ(chw[4], 1.0f);    // channel 1, pixel (0, 0)
+  auto patches = patchify(img, 2);  // one patch, (py, px, c) order
+  ASSERT_EQ(patches.size(), 12u);
+  EXPECT_FLOAT_EQ(patches[2], 51.0f / 255.0f);  // (0, 0), blue
+  EXPECT_FLOAT_EQ(patches[3], 1.0f);            // (0, 1), red
 }
 
 }  // namespace
