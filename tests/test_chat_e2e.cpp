@@ -169,6 +169,23 @@ TEST_F(ChatE2E, CompletionsTokenizeTextPromptsWithTheTokenizersSpecials) {
             text_->tokenizer().decode(ids_of(r.body["choices"][0]), true));
 }
 
+TEST_F(ChatE2E, LogprobsNameTokensByTheirText) {
+  json body = chat_body(6);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 2;
+  auto r = test::post_json(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& choice = r.body["choices"][0];
+  const auto ids = ids_of(choice);
+  const json& content = choice["logprobs"]["content"];
+  ASSERT_EQ(content.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(content[i]["token"], text_->tokenizer().decode({ids[i]})) << i;
+    EXPECT_EQ(content[i]["top_logprobs"].size(), 2u);
+    EXPECT_LE(content[i]["logprob"].get<double>(), 0.0);
+  }
+}
+
 TEST_F(ChatE2E, TemplateKwargsReachTheTemplate) {
   json on = chat_body(1), off = chat_body(1);
   off["chat_template_kwargs"] = {{"enable_thinking", false}};

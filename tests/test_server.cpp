@@ -45,6 +45,7 @@ class FakePromptBuilder : public server::PromptBuilder {
     last_kwargs = kwargs;
     return ids;
   }
+  std::string token_text(int32_t id) override { return "t" + std::to_string(id); }
   std::vector<int32_t> text_prompt(const std::string& text) override {
     std::vector<int32_t> ids = {1};
     append(text, ids);
@@ -178,7 +179,8 @@ TEST(ServerApi, ChatNeedsATokenizerAndSaysSo) {
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body["error"]["code"], "no_chat_template");
   EXPECT_EQ(r.body["error"]["param"], "messages");
-  EXPECT_NE(r.body["error"]["message"].get<std::string>().find("has no tokenizer, so chat is unavailable"),
+  EXPECT_NE(r.body["error"]["message"].get<std::string>().find(
+                "has no tokenizer, so chat is unavailable"),
             std::string::npos);
   r = post_json(srv.port(), "/v1/completions", {{"prompt", "Once upon a time"}});
   EXPECT_EQ(r.status, 400);

@@ -306,6 +306,8 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   ctx.model = s.options.served_model_name;
   ctx.logprobs = r.logprobs;
   ctx.include_usage = r.include_usage;
+  if (PromptBuilder* builder = s.builder.load())
+    ctx.render = [builder](int32_t id) { return builder->token_text(id); };
   auto active = std::make_shared<ActiveRequest>(s, handle, std::move(ctx), probe, start);
   res.set_header("X-Request-Id", handle->id());
   if (r.stream)

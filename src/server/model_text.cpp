@@ -63,6 +63,11 @@ std::vector<int32_t> ModelText::text_prompt(const std::string& text) {
   return tokenizer_.encode(text, true);
 }
 
+std::string ModelText::token_text(int32_t id) {
+  const int32_t ids[] = {id};
+  return tokenizer_.decode(ids, /*skip_special=*/false);
+}
+
 std::unique_ptr<TextStream> ModelText::start() const {
   return std::make_unique<DetokenizerStream>(tokenizer_.detokenizer(/*skip_special=*/true));
 }

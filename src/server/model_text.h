@@ -27,6 +27,7 @@ class ModelText : public TextStreamer, public PromptBuilder {
   std::vector<int32_t> chat_prompt(const nlohmann::json& messages, const nlohmann::json& tools,
                                    const nlohmann::json& template_kwargs) override;
   std::vector<int32_t> text_prompt(const std::string& text) override;
+  std::string token_text(int32_t id) override;
   // Streams decode with special tokens skipped (they are not answer text).
   std::unique_ptr<TextStream> start() const override;
 

@@ -32,9 +32,9 @@ namespace tandem::server {
 inline constexpr const char* kSystemFingerprint = "tandem-0.1.0";
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
-// How a token is shown in logprobs. TEMPORARY until the tokenizer lands: the
-// default renders "token_id:<id>" (the convention vLLM uses for
-// return_tokens_as_token_ids); the text layer will supply the token's text.
+// How a token is shown in logprobs: the model's PromptBuilder renders its
+// text; without a tokenizer, "token_id:<id>" (the convention vLLM uses for
+// return_tokens_as_token_ids).
 using TokenRenderer = std::function<std::string(int32_t)>;
 std::string token_id_text(int32_t id);
 

@@ -29,6 +29,10 @@ class PromptBuilder {
   // Tokenizes a plain completion prompt (special tokens as the model's
   // tokenizer adds them, e.g. BOS).
   virtual std::vector<int32_t> text_prompt(const std::string& text) = 0;
+
+  // How one token is shown in logprobs: its text (a lone byte of a UTF-8
+  // sequence shows as the replacement character, as in transformers).
+  virtual std::string token_text(int32_t id) = 0;
 };
 
 }  // namespace tandem::server
