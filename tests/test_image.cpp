@@ -133,10 +133,8 @@ TEST(Resize, HalvingAveragesPairsLikePillow) {
 
 namespace {
 
-// The size rules worked by hand from the image processors' formulas;
-// pixel-exact parity with transformers' processors waits for the fixtures of
-// tools/fixtures/make_vision_fixtures.py (not yet generated: no GPU machine
-// could be had in the session that wrote this).
+// The size rules worked by hand from the image processors' formulas (the
+// processors' own outputs are compared in test_vision_preprocess.cpp).
 TEST(Preprocess, PixtralScalesDownThenRoundsUpToThePatchMultiple) {
   // 64x100 (h x w), longest edge 56: ratio 100/56, floor -> 35x56, up to 28s -> 56x56.
   Size2 s = pixtral_target_size(64, 100, 56, 28);

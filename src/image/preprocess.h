@@ -2,7 +2,8 @@
 // it: the target size rule, the resize filter, then rescale and normalize.
 //
 // The resize happens on 8-bit pixels (resize_image); what follows is an
-// affine map per channel, so tests compare the 8-bit images exactly.
+// affine map per channel, so tests compare the 8-bit images exactly — and
+// they are equal to transformers' processors' (tests/test_vision_preprocess).
 #pragma once
 
 #include <array>

@@ -30,6 +30,7 @@ struct Coefficients {
   std::vector<int> count;
   std::vector<int32_t> weights;  // [out, ksize]
   int ksize = 0;
+  int precision = kPrecisionBits;  // fractional bits of the weights
 };
 
 Coefficients precompute(int in_size, int out_size, ResizeFilter filter) {
@@ -43,6 +44,7 @@ Coefficients precompute(int in_size, int out_size, ResizeFilter filter) {
   c.count.resize(size_t(out_size));
   c.weights.assign(size_t(out_size) * size_t(c.ksize), 0);
   std::vector<double> k(size_t(c.ksize));
+  std::vector<double> normalized(size_t(out_size) * size_t(c.ksize), 0.0);
   for (int xx = 0; xx < out_size; ++xx) {
     const double center = (xx + 0.5) * scale;
     const double ss = 1.0 / filterscale;
@@ -58,21 +60,31 @@ Coefficients precompute(int in_size, int out_size, ResizeFilter filter) {
       k[size_t(x)] = w;
       ww += w;
     }
-    for (int x = 0; x < xmax; ++x) {
-      double w = ww != 0.0 ? k[size_t(x)] / ww : k[size_t(x)];
-      // Pillow rounds half away from zero into fixed point.
-      c.weights[size_t(xx) * size_t(c.ksize) + size_t(x)] =
-          int32_t(w < 0 ? std::trunc(-0.5 + w * (1 << kPrecisionBits))
-                        : std::trunc(0.5 + w * (1 << kPrecisionBits)));
-    }
+    for (int x = 0; x < xmax; ++x) k[size_t(x)] = ww != 0.0 ? k[size_t(x)] / ww : k[size_t(x)];
+    std::copy(k.begin(), k.begin() + xmax, normalized.begin() + size_t(xx) * size_t(c.ksize));
     c.first[size_t(xx)] = xmin;
     c.count[size_t(xx)] = xmax;
+  }
+  // torchvision's uint8 path (what transformers' image processors run)
+  // stores weights as int16: as many fractional bits as keep the largest
+  // weight of the pass below 2^15. Pillow uses 22 bits; the two differ by at
+  // most one step on some pixels.
+  double w_max = 0.0;
+  for (double w : normalized) w_max = std::max(w_max, w);
+  c.precision = 0;
+  while (c.precision < kPrecisionBits &&
+         int(0.5 + w_max * double(1 << (c.precision + 1))) < (1 << 15))
+    ++c.precision;
+  for (size_t i = 0; i < normalized.size(); ++i) {
+    const double w = normalized[i] * double(1 << c.precision);
+    c.weights[i] =
+        int32_t(w < 0 ? std::trunc(w - 0.5) : std::trunc(w + 0.5));  // half away from zero
   }
   return c;
 }
 
-uint8_t clip8(int32_t v) {
-  v >>= kPrecisionBits;
+uint8_t clip8(int32_t v, int precision) {
+  v >>= precision;
   return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
@@ -86,10 +98,11 @@ Image horizontal(const Image& src, int out_width, ResizeFilter filter) {
     for (int x = 0; x < out_width; ++x) {
       const int32_t* k = &c.weights[size_t(x) * size_t(c.ksize)];
       for (int ch = 0; ch < 3; ++ch) {
-        int32_t ss = 1 << (kPrecisionBits - 1);
+        int32_t ss = 1 << (c.precision - 1);
         for (int i = 0; i < c.count[size_t(x)]; ++i)
           ss += int32_t(src.at(y, c.first[size_t(x)] + i, ch)) * k[i];
-        out.rgb[(size_t(y) * size_t(out_width) + size_t(x)) * 3 + size_t(ch)] = clip8(ss);
+        out.rgb[(size_t(y) * size_t(out_width) + size_t(x)) * 3 + size_t(ch)] =
+            clip8(ss, c.precision);
       }
     }
   return out;
@@ -105,10 +118,11 @@ Image vertical(const Image& src, int out_height, ResizeFilter filter) {
     const int32_t* k = &c.weights[size_t(y) * size_t(c.ksize)];
     for (int x = 0; x < src.width; ++x)
       for (int ch = 0; ch < 3; ++ch) {
-        int32_t ss = 1 << (kPrecisionBits - 1);
+        int32_t ss = 1 << (c.precision - 1);
         for (int i = 0; i < c.count[size_t(y)]; ++i)
           ss += int32_t(src.at(c.first[size_t(y)] + i, x, ch)) * k[i];
-        out.rgb[(size_t(y) * size_t(src.width) + size_t(x)) * 3 + size_t(ch)] = clip8(ss);
+        out.rgb[(size_t(y) * size_t(src.width) + size_t(x)) * 3 + size_t(ch)] =
+            clip8(ss, c.precision);
       }
   }
   return out;
