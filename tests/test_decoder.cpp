@@ -166,3 +166,37 @@ TEST(KvPool, ReserveIsAllOrNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Decoder, ImageRunsAttendBidirectionallyAndAreNeverSplit) {
+  auto model = load_model(test::fixture_dir("gemma3_text-f32"));
+  const ModelSpec& s = model->spec;
+  ThreadPool pool(2);
+  auto all = fixture_ids("gemma3_text-f32");
+  std::vector<int32_t> ids(all.begin(), all.begin() + 20);
+  std::vector<int64_t> key_end(20);
+  for (int64_t i = 0; i < 20; ++i) key_end[size_t(i)] = i + 1;
+  for (int64_t i = 5; i < 10; ++i) key_end[size_t(i)] = 10;  // one "image" at positions 5..9
+  auto run = [&](int64_t max_step, const int64_t* ends) {
+    KvPool kv_pool = single_sequence_pool(s, 20, max_step);
+    Decoder d(*model, pool, kv_pool, max_step);
+    SequenceKv kv;
+    std::vector<float> out(size_t(20 * s.vocab));
+    run_sequence(d, ids.data(), 20, kv, out.data(), true, nullptr, ends);
+    return out;
+  };
+  auto whole = run(64, key_end.data());
+  auto stepped = run(8, key_end.data());  // 8-token steps must move their boundary off the run
+  EXPECT_LE(max_abs_diff(whole, stepped), 1e-4f);
+  auto causal = run(64, nullptr);
+  auto row = [&](const std::vector<float>& v, int64_t t) {
+    return std::vector<float>(v.begin() + t * s.vocab, v.begin() + (t + 1) * s.vocab);
+  };
+  EXPECT_GT(max_abs_diff(row(whole, 5), row(causal, 5)), 1e-3f);  // saw the later image tokens
+  EXPECT_LE(max_abs_diff(row(whole, 4), row(causal, 4)), 1e-5f);  // text before the image did not
+  // A run longer than a step cannot be placed.
+  EXPECT_THROW(run(4, key_end.data()), Error);
+}
+
+}  // namespace

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "model/decoder.h"
+#include "model/image_prompt.h"
 #include "text/tokenizer.h"
 
 namespace tandem::cli {
@@ -30,6 +31,7 @@ struct RunOptions {
 struct LogitsOptions {
   std::string model;
   std::string ids;
+  std::vector<std::string> images;
   bool all = false;
   int threads = 0;
 };
@@ -106,7 +108,13 @@ int run_logits(const LogitsOptions& o) {
   Decoder decoder(*model, pool, kv_pool);
   SequenceKv kv;
   std::vector<float> logits(size_t(o.all ? n * V : V));
-  run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all);
+  if (o.images.empty()) {
+    run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all);
+  } else {
+    const ImagePrompt images = build_image_prompt(*model, pool, ids, o.images);
+    run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all, images.embeds.data(),
+                 images.key_end.data());
+  }
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t r = 0; r < (o.all ? n : 1); ++r)
     rows.push_back(std::vector<float>(logits.begin() + r * V, logits.begin() + (r + 1) * V));
@@ -143,6 +151,11 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
   cmd->add_option("--ids", o->ids, "Comma-separated token ids")->required();
   cmd->add_flag("--all", o->all, "Every position's logits, not only the last");
+  cmd->add_option(
+         "--image", o->images,
+         "Image file for the next run of image placeholder ids in --ids (repeatable; Gemma 3 "
+         "checkpoints so far)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   return [o] { return run_logits(*o); };
 }

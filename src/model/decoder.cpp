@@ -61,6 +61,11 @@ void Decoder::step(std::span<const SeqStep> batch) {
       if (q.ids[i] < 0 || q.ids[i] >= V)
         fail("token id %d at index %lld is outside the vocabulary [0, %lld)", q.ids[i],
              (long long)i, (long long)V);
+    if (q.key_end)
+      for (int64_t i = 0; i < q.n; ++i)
+        if (q.key_end[i] <= q.kv->length + i || q.key_end[i] > q.kv->length + q.n)
+          fail("step: token %lld's visible keys end at %lld, outside this step", (long long)i,
+               (long long)q.key_end[i]);
     if (!covers(s, *q.kv, q.kv->length + q.n))
       fail("step: KV blocks not reserved for %lld positions", (long long)(q.kv->length + q.n));
     tokens += q.n;
@@ -75,8 +80,12 @@ void Decoder::step(std::span<const SeqStep> batch) {
   int64_t t = 0;
   for (const SeqStep& q : batch)
     for (int64_t i = 0; i < q.n; ++i, ++t) {
-      const auto* row = static_cast<const uint8_t*>(w.embed.data) + size_t(q.ids[i]) * row_bytes;
       float* h = h_.data() + t * D;
+      if (q.embeds && q.embeds[i]) {  // image features replace the placeholder, unscaled
+        std::copy(q.embeds[i], q.embeds[i] + D, h);
+        continue;
+      }
+      const auto* row = static_cast<const uint8_t*>(w.embed.data) + size_t(q.ids[i]) * row_bytes;
       convert_to_f32(row, w.embed.dtype, D, h);
       if (w.embed_scale != 1.0f)
         for (int64_t j = 0; j < D; ++j) h[j] *= w.embed_scale;
@@ -204,6 +213,7 @@ void Decoder::attention_block(int64_t layer, std::span<const SeqStep> batch, int
     }
     p.blocks = ls.kind == AttentionKind::Full ? kv.full.data() : kv.sliding.data();
     p.first_block = ls.kind == AttentionKind::Full ? 0 : kv.sliding_first;
+    p.key_end = q.key_end;
     cpu::attention(pool_, q_.data() + t0 * Q, kv.length, q.n, p, attn_.data() + t0 * Q);
     t0 += q.n;
   }
@@ -257,17 +267,32 @@ KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max
 }
 
 void run_sequence(Decoder& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,
-                  bool all_logits) {
+                  bool all_logits, const float* const* embeds, const int64_t* key_end) {
   const ModelSpec& s = decoder.spec();
   if (n <= 0) fail("no tokens given");
+  const int64_t base = kv.length;  // key_end is in absolute positions
   for (int64_t done = 0; done < n;) {
-    const int64_t chunk = std::min(decoder.max_step_tokens(), n - done);
+    int64_t chunk = std::min(decoder.max_step_tokens(), n - done);
+    if (key_end) {
+      // Pull the boundary back until no token needs keys past it.
+      auto fits = [&](int64_t c) {
+        for (int64_t i = done; i < done + c; ++i)
+          if (key_end[i] > base + done + c) return false;
+        return true;
+      };
+      while (chunk > 0 && !fits(chunk)) --chunk;
+      if (chunk == 0)
+        fail("an image run at token %lld is longer than a step of %lld tokens", (long long)done,
+             (long long)decoder.max_step_tokens());
+    }
     if (!kv_reserve(decoder.kv_pool(), s, kv, kv.length + chunk))
       fail("context overflow: %lld cached + %lld new tokens do not fit in the KV cache",
            (long long)kv.length, (long long)chunk);
     const bool last = done + chunk == n;
     SeqStep q{ids + done, chunk, &kv,
               all_logits ? logits + done * s.vocab : (last ? logits : nullptr), all_logits};
+    if (embeds) q.embeds = embeds + done;
+    if (key_end) q.key_end = key_end + done;
     decoder.step(std::span<const SeqStep>(&q, 1));
     kv_trim_sliding(decoder.kv_pool(), s, kv);
     done += chunk;

@@ -23,6 +23,13 @@ struct SeqStep {
   SequenceKv* kv = nullptr;  // must already hold blocks for length + n (kv_reserve)
   float* logits = nullptr;   // [n, V] when all_logits, [V] for the last token, or null
   bool all_logits = false;
+  // Multimodal prefill (both optional, [n] each):
+  const float* const* embeds = nullptr;  // a [D] row replacing token i's embedding (image
+                                         // features, unscaled), or null for the token's own
+  const int64_t* key_end = nullptr;      // token i sees keys below this position: i's own
+                                         // position + 1 (causal) or the end of its image run
+                                         // (bidirectional within an image; the run must be in
+                                         // this step)
 };
 
 class Decoder {
@@ -73,8 +80,11 @@ KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max
 
 // Feeds n tokens of one sequence in steps of at most max_step_tokens,
 // reserving KV blocks and trimming sliding blocks as it goes; logits as in
-// SeqStep. Throws Error when the pool has no room.
+// SeqStep. `embeds` / `key_end` as in SeqStep, for all n tokens (key_end in
+// absolute positions); steps never split an image run. Throws Error when the
+// pool has no room or a run is longer than a step.
 void run_sequence(Decoder& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,
-                  bool all_logits);
+                  bool all_logits, const float* const* embeds = nullptr,
+                  const int64_t* key_end = nullptr);
 
 }  // namespace tandem

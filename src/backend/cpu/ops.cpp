@@ -21,6 +21,29 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, 
   }
 }
 
+void layernorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps,
+               float* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = x + t * dim;
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < dim; ++i) mean += row[i];
+    mean /= double(dim);
+    for (int64_t i = 0; i < dim; ++i) var += (row[i] - mean) * (row[i] - mean);
+    var /= double(dim);
+    const float inv = float(1.0 / std::sqrt(var + eps)), m = float(mean);
+    float* out = y + t * dim;
+    for (int64_t i = 0; i < dim; ++i) out[i] = (row[i] - m) * inv * w[i] + b[i];
+  }
+}
+
+void gelu_tanh(float* x, int64_t n) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+  }
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
@@ -61,7 +84,8 @@ void attention(ThreadPool& pool, const float* q, int64_t pos0, int64_t n, const 
       const int64_t t = task / p.heads, h = task % p.heads, kvh = h / group;
       const int64_t pos = pos0 + t;
       const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
-      const int64_t count = pos - first + 1;
+      const int64_t last = p.key_end ? p.key_end[t] - 1 : pos;
+      const int64_t count = last - first + 1;
       const float* qh = q + t * q_dim + h * p.head_dim;
       scores.resize(size_t(count));
       float max_score = -INFINITY;

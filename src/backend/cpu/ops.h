@@ -13,6 +13,13 @@ namespace tandem::cpu {
 // no weight (Gemma 4's v_norm).
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y);
 
+// y[t] = (x[t] - mean) / sqrt(var + eps) · w + b over n rows of `dim` (in place allowed).
+void layernorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps,
+               float* y);
+
+// x[i] = gelu_tanh(x[i])
+void gelu_tanh(float* x, int64_t n);
+
 // gate[i] = act(gate[i]) · up[i] for i < n.
 void silu_mul(float* gate, const float* up, int64_t n);
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
@@ -39,6 +46,9 @@ struct AttentionParams {
   const int32_t* blocks = nullptr;
   int64_t first_block = 0;
   int64_t block_size = 0;
+  // Optional, [n]: query t sees keys below key_end[t] instead of pos + 1
+  // (bidirectional attention within an image); the window still applies.
+  const int64_t* key_end = nullptr;
 };
 
 // Causal attention of n new tokens at positions pos0 .. pos0+n-1 of one

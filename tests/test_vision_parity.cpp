@@ -1,0 +1,61 @@
+// Image prompts against transformers: the tiny Gemma 3 checkpoint's logits
+// for a text-only prompt, one image and two images
+// (tests/fixtures/vision/gemma3/reference.json, from
+// tools/fixtures/make_vision_fixtures.py), through `tandem logits --image`.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using nlohmann::json;
+using namespace tandem::test;
+
+namespace {
+
+TEST(VisionParity, Gemma3ImageLogitsMatchTransformers) {
+  std::ifstream f(source_dir() + "/tests/fixtures/vision/gemma3/reference.json");
+  json ref = json::parse(f);
+  ASSERT_EQ(ref["cases"].size(), 3u);
+  for (const json& c : ref["cases"]) {
+    std::string args = "logits " + fixture_dir("gemma3-f32") + " --all --ids ";
+    for (size_t i = 0; i < c["ids"].size(); ++i)
+      args += (i ? "," : "") + std::to_string(c["ids"][i].get<int>());
+    for (const json& k : c["images"])
+      args += " --image " + source_dir() + "/tests/fixtures/vision/gemma3/input_" +
+              std::to_string(k.get<int>()) + ".png";
+    auto r = run_tandem(args);
+    ASSERT_EQ(r.exit_code, 0) << c["name"] << ": " << r.err;
+    const json got = json::parse(r.out)["logits"], want = c["logits"];
+    ASSERT_EQ(got.size(), want.size());
+    double sum = 0, sum2 = 0, n = 0, max_abs = 0;
+    for (size_t row = 0; row < want.size(); ++row)
+      for (size_t v = 0; v < want[row].size(); ++v) {
+        const double a = got[row][v], b = want[row][v];
+        max_abs = std::max(max_abs, std::fabs(a - b));
+        sum += b, sum2 += b * b, n += 1;
+      }
+    const double std_ref = std::sqrt(sum2 / n - (sum / n) * (sum / n));
+    EXPECT_LE(max_abs, 1e-3 * std_ref) << c["name"];
+    std::printf("[vision parity] gemma3 %-10s max|delta| = %.2e x std(ref)\n",
+                c["name"].get<std::string>().c_str(), max_abs / std_ref);
+  }
+}
+
+TEST(VisionParity, PlaceholderCountsMustMatchTheImages) {
+  // Two placeholder runs (id 319) but one image.
+  auto r = run_tandem("logits " + fixture_dir("gemma3-f32") + " --ids 2,319,5,319,6 --image " +
+                      source_dir() + "/tests/fixtures/vision/gemma3/input_0.png");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("2 runs of the image placeholder (id 319) but 1 images"), std::string::npos)
+      << r.err;
+  // Images on a model whose tower tandem does not run yet.
+  r = run_tandem("logits " + fixture_dir("llama-f32") + " --ids 2,3 --image " + source_dir() +
+                 "/tests/fixtures/vision/gemma3/input_0.png");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("Gemma 3 checkpoints so far"), std::string::npos) << r.err;
+}
+
+}  // namespace
