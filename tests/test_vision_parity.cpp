@@ -1,6 +1,6 @@
-// Image prompts against transformers: the tiny Gemma 3 checkpoint's logits
-// for a text-only prompt, one image and two images
-// (tests/fixtures/vision/gemma3/reference.json, from
+// Image prompts against transformers: the tiny Gemma 3 and Mistral 3
+// checkpoints' logits for a text-only prompt, one image and two images
+// (tests/fixtures/vision/<family>/reference.json, from
 // tools/fixtures/make_vision_fixtures.py), through `tandem logits --image`.
 #include <gtest/gtest.h>
 
@@ -15,16 +15,16 @@ using namespace tandem::test;
 
 namespace {
 
-TEST(VisionParity, Gemma3ImageLogitsMatchTransformers) {
-  std::ifstream f(source_dir() + "/tests/fixtures/vision/gemma3/reference.json");
+void check_family(const std::string& family, const std::string& checkpoint) {
+  std::ifstream f(source_dir() + "/tests/fixtures/vision/" + family + "/reference.json");
   json ref = json::parse(f);
   ASSERT_EQ(ref["cases"].size(), 3u);
   for (const json& c : ref["cases"]) {
-    std::string args = "logits " + fixture_dir("gemma3-f32") + " --all --ids ";
+    std::string args = "logits " + fixture_dir(checkpoint) + " --all --ids ";
     for (size_t i = 0; i < c["ids"].size(); ++i)
       args += (i ? "," : "") + std::to_string(c["ids"][i].get<int>());
     for (const json& k : c["images"])
-      args += " --image " + source_dir() + "/tests/fixtures/vision/gemma3/input_" +
+      args += " --image " + source_dir() + "/tests/fixtures/vision/" + family + "/input_" +
               std::to_string(k.get<int>()) + ".png";
     auto r = run_tandem(args);
     ASSERT_EQ(r.exit_code, 0) << c["name"] << ": " << r.err;
@@ -39,9 +39,17 @@ TEST(VisionParity, Gemma3ImageLogitsMatchTransformers) {
       }
     const double std_ref = std::sqrt(sum2 / n - (sum / n) * (sum / n));
     EXPECT_LE(max_abs, 1e-3 * std_ref) << c["name"];
-    std::printf("[vision parity] gemma3 %-10s max|delta| = %.2e x std(ref)\n",
+    std::printf("[vision parity] %-8s %-10s max|delta| = %.2e x std(ref)\n", family.c_str(),
                 c["name"].get<std::string>().c_str(), max_abs / std_ref);
   }
+}
+
+TEST(VisionParity, Gemma3ImageLogitsMatchTransformers) {
+  check_family("gemma3", "gemma3-f32");
+}
+
+TEST(VisionParity, Mistral3ImageLogitsMatchTransformers) {
+  check_family("mistral3", "mistral3-f32");
 }
 
 TEST(VisionParity, PlaceholderCountsMustMatchTheImages) {
@@ -55,7 +63,7 @@ TEST(VisionParity, PlaceholderCountsMustMatchTheImages) {
   r = run_tandem("logits " + fixture_dir("llama-f32") + " --ids 2,3 --image " + source_dir() +
                  "/tests/fixtures/vision/gemma3/input_0.png");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("Gemma 3 checkpoints so far"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Gemma 3 and Mistral 3 checkpoints so far"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -153,8 +153,8 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_flag("--all", o->all, "Every position's logits, not only the last");
   cmd->add_option(
          "--image", o->images,
-         "Image file for the next run of image placeholder ids in --ids (repeatable; Gemma 3 "
-         "checkpoints so far)")
+         "Image file for the next image's placeholder ids in --ids (repeatable; Gemma 3 and "
+         "Mistral 3 checkpoints so far)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   return [o] { return run_logits(*o); };

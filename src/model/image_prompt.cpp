@@ -11,6 +11,7 @@
 #include "image/preprocess.h"
 #include "image/resize.h"
 #include "model/vision_gemma3.h"
+#include "model/vision_pixtral.h"
 
 namespace tandem {
 
@@ -38,10 +39,12 @@ Image read_image(const std::string& path) {
 }
 
 // Mean and std of the model's image processor (preprocessor_config.json),
-// Gemma 3's 0.5 / 0.5 when the folder has none.
-void normalization(const std::string& dir, std::array<float, 3>& mean, std::array<float, 3>& std) {
-  mean = {0.5f, 0.5f, 0.5f};
-  std = {0.5f, 0.5f, 0.5f};
+// the family's defaults when the folder has none.
+void normalization(const std::string& dir, std::array<float, 3>& mean, std::array<float, 3>& std,
+                   const std::array<float, 3>& default_mean,
+                   const std::array<float, 3>& default_std) {
+  mean = default_mean;
+  std = default_std;
   const std::string path = dir + "/preprocessor_config.json";
   if (!std::filesystem::exists(path)) return;
   nlohmann::json p = read_json(path);
@@ -53,6 +56,46 @@ void normalization(const std::string& dir, std::array<float, 3>& mean, std::arra
   }
 }
 
+// Ministral 3: [IMG] placeholders (rows separated by [IMG_BREAK], the image
+// ended by [IMG_END]) take the image's soft tokens in order; causal.
+ImagePrompt pixtral_prompt(const Model& model, ThreadPool& pool, const nlohmann::json& config,
+                           const std::vector<int32_t>& ids,
+                           const std::vector<std::string>& image_paths) {
+  const std::string dir = model.checkpoint.dir();
+  const int32_t placeholder = config.value("image_token_index", config.value("image_token_id", 10));
+  auto vision = PixtralVision::load(model.checkpoint, config, model.spec.hidden);
+  const int64_t D = model.spec.hidden;
+  std::array<float, 3> mean, std;
+  normalization(dir, mean, std, {0.48145466f, 0.4578275f, 0.40821073f},
+                {0.26862954f, 0.26130258f, 0.27577711f});
+  ImagePrompt out;
+  for (const std::string& path : image_paths) {
+    const Image img = read_image(path);
+    const Size2 size = pixtral_target_size(img.height, img.width, int(vision->image_size()),
+                                           int(vision->patch_multiple()));
+    const std::vector<float> pixels =
+        normalize_chw(resize_image(img, size.width, size.height, ResizeFilter::Bicubic), mean, std);
+    const int64_t T = vision->tokens_for(size.height, size.width),
+                  offset = int64_t(out.features.size());
+    out.features.resize(out.features.size() + size_t(T * D));
+    vision->encode(pool, pixels.data(), size.height, size.width, out.features.data() + offset);
+  }
+  const int64_t total = int64_t(out.features.size()) / D;
+  int64_t slots = 0;
+  for (int32_t id : ids) slots += id == placeholder;
+  if (slots != total)
+    fail("the prompt has %lld image placeholders (id %d) but the %zu images need %lld",
+         (long long)slots, placeholder, image_paths.size(), (long long)total);
+  out.embeds.assign(ids.size(), nullptr);
+  out.key_end.resize(ids.size());
+  int64_t next = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    out.key_end[i] = int64_t(i) + 1;
+    if (ids[i] == placeholder) out.embeds[i] = out.features.data() + (next++) * D;
+  }
+  return out;
+}
+
 }  // namespace
 
 ImagePrompt build_image_prompt(const Model& model, ThreadPool& pool,
@@ -61,9 +104,10 @@ ImagePrompt build_image_prompt(const Model& model, ThreadPool& pool,
   const std::string dir = model.checkpoint.dir();
   nlohmann::json config = read_json(dir + "/config.json");
   const std::string type = config.value("model_type", "");
+  if (type == "mistral3") return pixtral_prompt(model, pool, config, ids, image_paths);
   if (type != "gemma3")
     fail(
-        "%s: images are supported for Gemma 3 checkpoints so far (model_type \"gemma3\"), not "
+        "%s: images are supported for Gemma 3 and Mistral 3 checkpoints so far, not model_type "
         "\"%s\"",
         dir.c_str(), type.c_str());
   const int32_t placeholder =
@@ -88,7 +132,7 @@ ImagePrompt build_image_prompt(const Model& model, ThreadPool& pool,
            runs[k].second - runs[k].first, (long long)T);
 
   std::array<float, 3> mean, std;
-  normalization(dir, mean, std);
+  normalization(dir, mean, std, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f});
   ImagePrompt out;
   out.features.resize(size_t(int64_t(image_paths.size()) * T * D));
   for (size_t k = 0; k < image_paths.size(); ++k) {

@@ -44,6 +44,16 @@ void gelu_tanh(float* x, int64_t n) {
   }
 }
 
+void gelu_erf(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.7071067811865476f));
+}
+
+void gelu_erf_mul(float* gate, const float* up, int64_t n) {
+  gelu_erf(gate, n);
+  for (int64_t i = 0; i < n; ++i) gate[i] *= up[i];
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];

@@ -17,12 +17,14 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, 
 void layernorm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps,
                float* y);
 
-// x[i] = gelu_tanh(x[i])
+// x[i] = gelu_tanh(x[i]); gelu_erf: the exact GELU, x · Φ(x)
 void gelu_tanh(float* x, int64_t n);
+void gelu_erf(float* x, int64_t n);
 
 // gate[i] = act(gate[i]) · up[i] for i < n.
 void silu_mul(float* gate, const float* up, int64_t n);
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+void gelu_erf_mul(float* gate, const float* up, int64_t n);
 
 // x[i] = cap · tanh(x[i] / cap)
 void softcap(float* x, int64_t n, float cap);

@@ -1,0 +1,218 @@
+#include "model/vision_pixtral.h"
+
+#include <cmath>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+const char* const kTowerPrefixes[] = {"model.vision_tower.", "vision_tower."};
+const char* const kProjectorPrefixes[] = {"model.multi_modal_projector.", "multi_modal_projector."};
+
+std::vector<float> vec(const Checkpoint& c, const std::string& name, const Shape& shape) {
+  TensorView t = c.require(name, shape);
+  std::vector<float> v(size_t(t.numel()));
+  convert_to_f32(t.data, t.dtype, t.numel(), v.data());
+  return v;
+}
+
+WeightMatrix matrix(const Checkpoint& c, const std::string& name, int64_t rows, int64_t cols) {
+  TensorView t = c.require(name, {rows, cols});
+  return WeightMatrix{t.dtype, t.data, rows, cols};
+}
+
+int64_t field(const nlohmann::json& j, const char* key, int64_t fallback) {
+  return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : fallback;
+}
+
+}  // namespace
+
+std::unique_ptr<PixtralVision> PixtralVision::load(const Checkpoint& ckpt,
+                                                   const nlohmann::json& config,
+                                                   int64_t text_hidden) {
+  if (!config.contains("vision_config") || !config["vision_config"].is_object())
+    fail("%s: config.json has no vision_config, so this checkpoint cannot take images",
+         ckpt.dir().c_str());
+  const nlohmann::json& vc = config["vision_config"];
+  auto v = std::unique_ptr<PixtralVision>(new PixtralVision());
+  v->hidden_ = field(vc, "hidden_size", 1024);
+  v->heads_ = field(vc, "num_attention_heads", 16);
+  v->head_dim_ = field(vc, "head_dim", v->hidden_ / v->heads_);
+  v->intermediate_ = field(vc, "intermediate_size", 4096);
+  v->image_size_ = field(vc, "image_size", 1540);
+  v->patch_ = field(vc, "patch_size", 14);
+  v->merge_ = field(config, "spatial_merge_size", 2);
+  v->text_hidden_ = text_hidden;
+  if (vc.contains("rope_parameters") && vc["rope_parameters"].contains("rope_theta"))
+    v->theta_ = vc["rope_parameters"]["rope_theta"].get<double>();
+  else if (vc.contains("rope_theta"))
+    v->theta_ = vc["rope_theta"].get<double>();
+  v->mlp_silu_ = vc.value("hidden_act", std::string("silu")) == "silu";
+  v->projector_silu_ = config.value("projector_hidden_act", std::string("gelu")) == "silu";
+  if (config.contains("text_config") && config["text_config"].contains("rms_norm_eps"))
+    v->text_eps_ = config["text_config"]["rms_norm_eps"].get<float>();
+  const bool bias = config.value("multimodal_projector_bias", false);
+  const int64_t H = v->hidden_, F = v->intermediate_, Q = v->heads_ * v->head_dim_,
+                layers = field(vc, "num_hidden_layers", 24);
+
+  std::string p;
+  for (const char* prefix : kTowerPrefixes)
+    if (ckpt.has(std::string(prefix) + "patch_conv.weight")) {
+      p = prefix;
+      break;
+    }
+  if (p.empty())
+    fail("%s: no Pixtral vision tower tensors (vision_tower.patch_conv.weight)",
+         ckpt.dir().c_str());
+  TensorView conv = ckpt.require(p + "patch_conv.weight", {H, 3, v->patch_, v->patch_});
+  v->patch_embed_ = WeightMatrix{conv.dtype, conv.data, H, 3 * v->patch_ * v->patch_};
+  v->ln_pre_ = vec(ckpt, p + "ln_pre.weight", {H});
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string l = p + "transformer.layers." + std::to_string(i) + ".";
+    Layer L;
+    L.attn_norm = vec(ckpt, l + "attention_norm.weight", {H});
+    L.ffn_norm = vec(ckpt, l + "ffn_norm.weight", {H});
+    L.q = matrix(ckpt, l + "attention.q_proj.weight", Q, H);
+    L.k = matrix(ckpt, l + "attention.k_proj.weight", Q, H);
+    L.v = matrix(ckpt, l + "attention.v_proj.weight", Q, H);
+    L.o = matrix(ckpt, l + "attention.o_proj.weight", H, Q);
+    L.gate = matrix(ckpt, l + "feed_forward.gate_proj.weight", F, H);
+    L.up = matrix(ckpt, l + "feed_forward.up_proj.weight", F, H);
+    L.down = matrix(ckpt, l + "feed_forward.down_proj.weight", H, F);
+    v->layers_.push_back(std::move(L));
+  }
+  std::string m;
+  for (const char* prefix : kProjectorPrefixes)
+    if (ckpt.has(std::string(prefix) + "norm.weight")) m = prefix;
+  if (m.empty()) fail("%s: no multi_modal_projector.norm.weight", ckpt.dir().c_str());
+  const int64_t M = v->merge_ * v->merge_;
+  v->proj_norm_ = vec(ckpt, m + "norm.weight", {H});
+  v->merging_ = matrix(ckpt, m + "patch_merger.merging_layer.weight", H, H * M);
+  v->linear_1_ = matrix(ckpt, m + "linear_1.weight", text_hidden, H);
+  v->linear_2_ = matrix(ckpt, m + "linear_2.weight", text_hidden, text_hidden);
+  if (bias) {
+    v->linear_1_b_ = vec(ckpt, m + "linear_1.bias", {text_hidden});
+    v->linear_2_b_ = vec(ckpt, m + "linear_2.bias", {text_hidden});
+  }
+  return v;
+}
+
+void PixtralVision::encode(ThreadPool& pool, const float* pixels, int64_t h, int64_t w,
+                           float* out) const {
+  const int64_t p = patch_, H = hidden_, F = intermediate_, Dh = head_dim_, Q = heads_ * Dh;
+  if (h % patch_multiple() != 0 || w % patch_multiple() != 0)
+    fail("pixtral: image %lldx%lld is not a multiple of %lld", (long long)w, (long long)h,
+         (long long)patch_multiple());
+  const int64_t rows = h / p, cols = w / p, N = rows * cols;
+  std::vector<float> patches(size_t(N * 3 * p * p));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float* dst = patches.data() + (r * cols + c) * 3 * p * p;
+      for (int64_t ch = 0; ch < 3; ++ch)
+        for (int64_t y = 0; y < p; ++y)
+          for (int64_t x = 0; x < p; ++x) *dst++ = pixels[(ch * h + r * p + y) * w + c * p + x];
+    }
+  std::vector<float> hs(size_t(N * H)), x(size_t(N * H)), q(size_t(N * Q)), k(size_t(N * Q)),
+      v(size_t(N * Q)), attn(size_t(N * Q)), gate(size_t(N * F)), up(size_t(N * F));
+  cpu::matmul(pool, patches.data(), N, patch_embed_, nullptr, hs.data());
+  cpu::rmsnorm(hs.data(), ln_pre_.data(), N, H, 1e-5f, hs.data());
+
+  // 2D RoPE: the first Dh/4 frequency slots rotate with the row (even
+  // frequencies), the next Dh/4 with the column (odd ones); rotate-half.
+  const int64_t half = Dh / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv[size_t(i)] = 1.0f / std::pow(float(theta_), float(2 * i) / float(Dh));
+  std::vector<float> cosv(size_t(N * half)), sinv(size_t(N * half));
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const bool row_part = i < half / 2;
+      const float f = row_part ? inv[size_t(2 * i)] : inv[size_t(2 * (i - half / 2) + 1)];
+      const float angle = float(row_part ? t / cols : t % cols) * f;
+      cosv[size_t(t * half + i)] = std::cos(angle);
+      sinv[size_t(t * half + i)] = std::sin(angle);
+    }
+  auto rope = [&](float* m) {
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t hd = 0; hd < heads_; ++hd) {
+        float* e = m + t * Q + hd * Dh;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = e[i], b = e[i + half], c = cosv[size_t(t * half + i)],
+                      s = sinv[size_t(t * half + i)];
+          e[i] = a * c - b * s;
+          e[i + half] = b * c + a * s;
+        }
+      }
+  };
+  const float scale = 1.0f / std::sqrt(float(Dh));
+  for (const Layer& L : layers_) {
+    cpu::rmsnorm(hs.data(), L.attn_norm.data(), N, H, 1e-5f, x.data());
+    cpu::matmul(pool, x.data(), N, L.q, nullptr, q.data());
+    cpu::matmul(pool, x.data(), N, L.k, nullptr, k.data());
+    cpu::matmul(pool, x.data(), N, L.v, nullptr, v.data());
+    rope(q.data());
+    rope(k.data());
+    pool.parallel_for(N * heads_, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores(static_cast<size_t>(N));
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t t = task / heads_, hd = task % heads_;
+        const float* qt = q.data() + t * Q + hd * Dh;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < N; ++j) {
+          scores[size_t(j)] = cpu::dot(qt, k.data() + j * Q + hd * Dh, Dh) * scale;
+          mx = std::max(mx, scores[size_t(j)]);
+        }
+        float sum = 0.0f;
+        for (float& s : scores) sum += (s = std::exp(s - mx));
+        float* o = attn.data() + t * Q + hd * Dh;
+        std::fill(o, o + Dh, 0.0f);
+        for (int64_t j = 0; j < N; ++j)
+          cpu::axpy(scores[size_t(j)] / sum, v.data() + j * Q + hd * Dh, o, Dh);
+      }
+    });
+    cpu::matmul(pool, attn.data(), N, L.o, nullptr, x.data());
+    cpu::add_inplace(hs.data(), x.data(), N * H);
+    cpu::rmsnorm(hs.data(), L.ffn_norm.data(), N, H, 1e-5f, x.data());
+    cpu::matmul(pool, x.data(), N, L.gate, nullptr, gate.data());
+    cpu::matmul(pool, x.data(), N, L.up, nullptr, up.data());
+    if (mlp_silu_)
+      cpu::silu_mul(gate.data(), up.data(), N * F);
+    else
+      cpu::gelu_erf_mul(gate.data(), up.data(), N * F);
+    cpu::matmul(pool, gate.data(), N, L.down, nullptr, x.data());
+    cpu::add_inplace(hs.data(), x.data(), N * H);
+  }
+
+  // Projector: norm, then merge each 2x2 block of patches into one vector
+  // whose index is channel x 4 + ky x 2 + kx (torch's unfold order).
+  cpu::rmsnorm(hs.data(), proj_norm_.data(), N, H, text_eps_, hs.data());
+  const int64_t mr = rows / merge_, mc = cols / merge_, T = mr * mc, M = merge_ * merge_;
+  std::vector<float> merged(size_t(T * H * M));
+  for (int64_t r = 0; r < mr; ++r)
+    for (int64_t c = 0; c < mc; ++c) {
+      float* dst = merged.data() + (r * mc + c) * H * M;
+      for (int64_t ky = 0; ky < merge_; ++ky)
+        for (int64_t kx = 0; kx < merge_; ++kx) {
+          const float* src = hs.data() + ((r * merge_ + ky) * cols + c * merge_ + kx) * H;
+          for (int64_t ch = 0; ch < H; ++ch) dst[ch * M + ky * merge_ + kx] = src[ch];
+        }
+    }
+  std::vector<float> m1(size_t(T * H)), m2(size_t(T * text_hidden_));
+  cpu::matmul(pool, merged.data(), T, merging_, nullptr, m1.data());
+  cpu::matmul(pool, m1.data(), T, linear_1_, linear_1_b_.empty() ? nullptr : linear_1_b_.data(),
+              m2.data());
+  if (projector_silu_) {
+    std::vector<float> ones(m2.size(), 1.0f);
+    cpu::silu_mul(m2.data(), ones.data(), int64_t(m2.size()));
+  } else {
+    cpu::gelu_erf(m2.data(), int64_t(m2.size()));
+  }
+  cpu::matmul(pool, m2.data(), T, linear_2_, linear_2_b_.empty() ? nullptr : linear_2_b_.data(),
+              out);
+}
+
+}  // namespace tandem
