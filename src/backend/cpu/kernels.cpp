@@ -19,7 +19,7 @@ namespace {
 
 // ---- Scalar reference kernels ---------------------------------------------
 
-// Converts W[r, c0 .. c0 + len) to f32.
+// Converts row r of W to f32.
 void load_row(const WeightMatrix& w, int64_t r, float* dst) {
   convert_to_f32(static_cast<const char*>(w.data) + size_t(r * w.cols) * dtype_size(w.dtype),
                  w.dtype, w.cols, dst);
@@ -47,20 +47,11 @@ std::vector<float>& row_buffer(int64_t cols) {
   return buf;
 }
 
-void gemv_scalar(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
-                 int64_t r1) {
+void stream_scalar(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                   int64_t r0, int64_t r1) {
   float* row = row_buffer(w.cols).data();
   for (int64_t r = r0; r < r1; ++r) {
     load_row(w, r, row);
-    y[r] = dot_scalar(x, row, w.cols) + (bias ? bias[r] : 0.0f);
-  }
-}
-
-void gemm_scalar(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
-                 int64_t r0, int64_t r1) {
-  float* row = row_buffer(w.cols).data();
-  for (int64_t r = r0; r < r1; ++r) {
-    load_row(w, r, row);  // converted once, used for all n activation rows
     const float b = bias ? bias[r] : 0.0f;
     for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = dot_scalar(x + t * w.cols, row, w.cols) + b;
   }
@@ -68,7 +59,8 @@ void gemm_scalar(const float* x, int64_t n, const WeightMatrix& w, const float* 
 
 }  // namespace
 
-const IsaKernels kScalarKernels = {"scalar", gemv_scalar, gemm_scalar, dot_scalar, axpy_scalar};
+// Scalar code has no cache blocking to gain from: one kernel serves both.
+const IsaKernels kScalarKernels = {"scalar", stream_scalar, stream_scalar, dot_scalar, axpy_scalar};
 
 }  // namespace detail
 
@@ -151,7 +143,9 @@ constexpr int64_t kTokenGroup = 8;
 
 }  // namespace
 
-std::string_view active_isa() { return kIsaNames[current_isa()]; }
+std::string_view active_isa() {
+  return kIsaNames[current_isa()];
+}
 
 bool set_isa_for_testing(std::string_view isa) {
   if (isa.empty()) {
@@ -174,16 +168,16 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
   const int64_t rows = w.rows, cols = std::max<int64_t>(w.cols, 1);
   const int64_t row_groups = (rows + kRowGroup - 1) / kRowGroup;
 
-  if (n == 1) {
-    // Decode: each thread streams its own contiguous band of W.
-    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols));
+  if (n <= detail::kStreamMaxN) {
+    // Decode (and small n): each thread streams its own contiguous band of W.
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols * n));
     pool.parallel_for(row_groups, grain, [&](int64_t b, int64_t e) {
-      k.gemv(x, w, bias, y, b * kRowGroup, std::min(e * kRowGroup, rows));
+      k.stream(x, n, w, bias, y, b * kRowGroup, std::min(e * kRowGroup, rows));
     });
     return;
   }
 
-  if (row_groups >= 2 * int64_t(pool.size()) || n < 2 * kTokenGroup) {
+  if (row_groups >= 2 * int64_t(pool.size())) {
     // Prefill, split over output rows: W is read once in total.
     const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols * n));
     pool.parallel_for(row_groups, grain, [&](int64_t b, int64_t e) {
@@ -200,8 +194,12 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
   }
 }
 
-float dot(const float* a, const float* b, int64_t n) { return kernels().dot(a, b, n); }
+float dot(const float* a, const float* b, int64_t n) {
+  return kernels().dot(a, b, n);
+}
 
-void axpy(float a, const float* x, float* y, int64_t n) { kernels().axpy(a, x, y, n); }
+void axpy(float a, const float* x, float* y, int64_t n) {
+  kernels().axpy(a, x, y, n);
+}
 
 }  // namespace tandem::cpu

@@ -12,7 +12,9 @@
 namespace tandem::cpu::detail {
 namespace {
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
 
 // Loading 8 ints from kMaskTable + 8 - n gives n all-ones lanes, then zeros.
 alignas(64) constexpr int32_t kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
@@ -55,63 +57,102 @@ inline __m256 load_w_partial(const WeightT<D>* p, int64_t n) {
   }
 }
 
-// ---- GEMV (n == 1) ----------------------------------------------------------
+// ---- Streaming kernel (decode GEMV, n <= kStreamMaxN) ---------------------
+// Same access pattern as the AVX-512 kernel (see there for the measurements):
+// S = 4 weight rows far apart in the band streamed at once, x reused S times.
 
-template <DType D, int R>
-inline void gemv_block(const float* x, const WeightT<D>* w, int64_t cols, float* out) {
-  __m256 acc0[R], acc1[R];
-  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+// out[j * S + i] = dot(x row j, W row i) for S weight rows at p[i] and T
+// activation rows at x + j * cols.
+template <DType D, int S, int T>
+inline void stream_rows(const float* x, const WeightT<D>* const* p, int64_t cols, float* out) {
+  constexpr int A = T == 1 ? 2 : 1;  // accumulators per (row, activation)
+  __m256 acc[A][S][T];
+  for (int a = 0; a < A; ++a)
+    for (int i = 0; i < S; ++i)
+      for (int j = 0; j < T; ++j) acc[a][i][j] = _mm256_setzero_ps();
   int64_t c = 0;
-  for (; c + 16 <= cols; c += 16) {
-    const __m256 x0 = _mm256_loadu_ps(x + c);
-    const __m256 x1 = _mm256_loadu_ps(x + c + 8);
-    for (int i = 0; i < R; ++i) {
-      const WeightT<D>* p = w + i * cols + c;
-      acc0[i] = _mm256_fmadd_ps(load_w<D>(p), x0, acc0[i]);
-      acc1[i] = _mm256_fmadd_ps(load_w<D>(p + 8), x1, acc1[i]);
+  for (; c + 8 * A <= cols; c += 8 * A) {
+    for (int a = 0; a < A; ++a) {
+      __m256 wv[S];
+      for (int i = 0; i < S; ++i) wv[i] = load_w<D>(p[i] + c + 8 * a);
+      for (int j = 0; j < T; ++j) {
+        const __m256 xv = _mm256_loadu_ps(x + j * cols + c + 8 * a);
+        for (int i = 0; i < S; ++i) acc[a][i][j] = _mm256_fmadd_ps(wv[i], xv, acc[a][i][j]);
+      }
     }
   }
   for (; c < cols; c += 8) {
     const int64_t len = cols - c;
-    const __m256 xv = _mm256_maskload_ps(x + c, tail_mask(len));
-    for (int i = 0; i < R; ++i) {
-      const WeightT<D>* p = w + i * cols + c;
-      const __m256 wv = len >= 8 ? load_w<D>(p) : load_w_partial<D>(p, len);
-      acc0[i] = _mm256_fmadd_ps(wv, xv, acc0[i]);
+    const __m256i m = tail_mask(len);
+    __m256 wv[S];
+    for (int i = 0; i < S; ++i)
+      wv[i] = len >= 8 ? load_w<D>(p[i] + c) : load_w_partial<D>(p[i] + c, len);
+    for (int j = 0; j < T; ++j) {
+      const __m256 xv = _mm256_maskload_ps(x + j * cols + c, m);
+      for (int i = 0; i < S; ++i) acc[0][i][j] = _mm256_fmadd_ps(wv[i], xv, acc[0][i][j]);
     }
   }
-  for (int i = 0; i < R; ++i) out[i] = hsum(_mm256_add_ps(acc0[i], acc1[i]));
+  for (int i = 0; i < S; ++i)
+    for (int j = 0; j < T; ++j) {
+      __m256 v = acc[0][i][j];
+      if constexpr (A == 2) v = _mm256_add_ps(v, acc[1][i][j]);
+      out[j * S + i] = hsum(v);
+    }
+}
+
+constexpr int kStreams = 4;  // far-apart weight rows streamed at once
+constexpr int kStreamT = 2;  // activation rows per pass (4 x 2 accumulators fit 16 registers)
+
+template <DType D, int S>
+inline void stream_block(const float* x, int64_t n, const WeightT<D>* const* p, const int64_t* r,
+                         const WeightMatrix& w, const float* bias, float* y) {
+  float out[S * kStreamT];
+  for (int64_t t = 0; t < n; t += kStreamT) {
+    const int64_t tn = n - t < kStreamT ? n - t : kStreamT;
+    const float* xt = x + t * w.cols;
+    if (tn == 1)
+      stream_rows<D, S, 1>(xt, p, w.cols, out);
+    else
+      stream_rows<D, S, kStreamT>(xt, p, w.cols, out);
+    for (int64_t j = 0; j < tn; ++j)
+      for (int i = 0; i < S; ++i)
+        y[(t + j) * w.rows + r[i]] = out[j * S + i] + (bias ? bias[r[i]] : 0.0f);
+  }
 }
 
 template <DType D>
-void gemv_impl(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
-               int64_t r1) {
+void stream_impl(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                 int64_t r0, int64_t r1) {
   const auto* W = static_cast<const WeightT<D>*>(w.data);
-  const int64_t cols = w.cols;
-  int64_t r = r0;
-  float out[4];
-  for (; r + 4 <= r1; r += 4) {
-    gemv_block<D, 4>(x, W + r * cols, cols, out);
-    for (int i = 0; i < 4; ++i) y[r + i] = out[i] + (bias ? bias[r + i] : 0.0f);
+  const int64_t h = (r1 - r0) / kStreams;
+  for (int64_t k = 0; k < h; ++k) {
+    const WeightT<D>* p[kStreams];
+    int64_t r[kStreams];
+    for (int i = 0; i < kStreams; ++i) {
+      r[i] = r0 + i * h + k;
+      p[i] = W + r[i] * w.cols;
+    }
+    stream_block<D, kStreams>(x, n, p, r, w, bias, y);
   }
-  for (; r < r1; ++r) {
-    gemv_block<D, 1>(x, W + r * cols, cols, out);
-    y[r] = out[0] + (bias ? bias[r] : 0.0f);
+  for (int64_t r = r0 + kStreams * h; r < r1; ++r) {
+    const WeightT<D>* p = W + r * w.cols;
+    stream_block<D, 1>(x, n, &p, &r, w, bias, y);
   }
 }
 
-void gemv(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
-          int64_t r1) {
+void stream(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+            int64_t r0, int64_t r1) {
   switch (w.dtype) {
-    case DType::F32: return gemv_impl<DType::F32>(x, w, bias, y, r0, r1);
-    case DType::F16: return gemv_impl<DType::F16>(x, w, bias, y, r0, r1);
-    default: return gemv_impl<DType::BF16>(x, w, bias, y, r0, r1);
+    case DType::F32: return stream_impl<DType::F32>(x, n, w, bias, y, r0, r1);
+    case DType::F16: return stream_impl<DType::F16>(x, n, w, bias, y, r0, r1);
+    default: return stream_impl<DType::BF16>(x, n, w, bias, y, r0, r1);
   }
 }
 
-// ---- GEMM (n > 1) -----------------------------------------------------------
+// ---- GEMM (n > kStreamMaxN) -------------------------------------------------
 // Same blocking as the AVX-512 kernel (see there), with a 4 x 3 micro-tile:
-// 12 accumulators + 4 weight vectors fit the 16 ymm registers.
+// 12 accumulators + 4 weight vectors fill the 16 ymm registers, so x enters
+// the FMAs as memory operands (L1 hits).
 
 constexpr int64_t kKc = 1024;
 constexpr int64_t kTn = 64;
@@ -122,7 +163,8 @@ template <DType D>
 inline void convert_row(const WeightT<D>* src, int64_t len, float* dst) {
   int64_t c = 0;
   for (; c + 8 <= len; c += 8) _mm256_storeu_ps(dst + c, load_w<D>(src + c));
-  if (c < len) _mm256_maskstore_ps(dst + c, tail_mask(len - c), load_w_partial<D>(src + c, len - c));
+  if (c < len)
+    _mm256_maskstore_ps(dst + c, tail_mask(len - c), load_w_partial<D>(src + c, len - c));
 }
 
 // sums[i][j] = sum_{c < len} w[i * ldw + c] * x[j * ldx + c]
@@ -159,8 +201,8 @@ struct TileArgs {
   int64_t ldw;
   const float* x;  // activation rows, row stride ldx
   int64_t ldx;
-  int64_t len;     // k elements in this block
-  float* y;        // y[j * ldy + i] for weight row i, activation row j
+  int64_t len;  // k elements in this block
+  float* y;     // y[j * ldy + i] for weight row i, activation row j
   int64_t ldy;
   const float* bias;  // bias of weight row 0, or null
   bool first;         // first k block: store (+bias); later ones accumulate
@@ -268,13 +310,14 @@ void axpy(float a, const float* x, float* y, int64_t n) {
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   if (i < n) {
     const __m256i m = tail_mask(n - i);
-    const __m256 r = _mm256_fmadd_ps(av, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m));
+    const __m256 r =
+        _mm256_fmadd_ps(av, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m));
     _mm256_maskstore_ps(y + i, m, r);
   }
 }
 
 }  // namespace
 
-const IsaKernels kAvx2Kernels = {"avx2", gemv, gemm, dot, axpy};
+const IsaKernels kAvx2Kernels = {"avx2", stream, gemm, dot, axpy};
 
 }  // namespace tandem::cpu::detail

@@ -16,7 +16,9 @@
 namespace tandem::cpu::detail {
 namespace {
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
 
 // Lanes [0, n) of a 16-lane mask, n >= 0 (n >= 16 gives all lanes).
 inline __mmask16 tail_mask(int64_t n) {
@@ -51,60 +53,110 @@ inline __m512 load_w_masked(const WeightT<D>* p, __mmask16 m) {
   }
 }
 
-// ---- GEMV (n == 1) ----------------------------------------------------------
-// Memory-bound: R rows are streamed at once with two independent accumulators
-// each (2R FMA chains in flight), x stays in L1/L2.
+// ---- Streaming kernel (decode GEMV, n <= kStreamMaxN) ---------------------
+// Memory-bound: the goal is to keep the core's outstanding-miss slots busy
+// with weight lines. Measured on the 2-core EPYC (bench/gemv.cpp): streaming
+// R adjacent rows at once (R streams 2-16 KiB apart) is the slowest pattern
+// (40-60% of peak, likely DRAM bank conflicts and per-page prefetch
+// training); one row at a time is fast for short rows but loses ~30% on long
+// rows (cols >= 6912), where x (27-32 KiB) is evicted from L1 and re-read per
+// row. S streams far apart - rows k, k + h, k + 2h, k + 3h of the band - give
+// both: sequential streams and x reused S times from one load. Software
+// prefetch (256 B - 2 KiB ahead, T0/T1/T2/NTA hints) gave no consistent gain
+// over the hardware prefetchers on this pattern, so there is none.
 
-template <DType D, int R>
-inline void gemv_block(const float* x, const WeightT<D>* w, int64_t cols, float* out) {
-  __m512 acc0[R], acc1[R];
-  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+// out[j * S + i] = dot(x row j, W row i) for S weight rows at p[i] and T
+// activation rows at x + j * cols. T == 1 keeps two accumulators per row so
+// that enough FMA chains are in flight.
+template <DType D, int S, int T>
+inline void stream_rows(const float* x, const WeightT<D>* const* p, int64_t cols, float* out) {
+  constexpr int A = T == 1 ? 2 : 1;  // accumulators per (row, activation)
+  __m512 acc[A][S][T];
+  for (int a = 0; a < A; ++a)
+    for (int i = 0; i < S; ++i)
+      for (int j = 0; j < T; ++j) acc[a][i][j] = _mm512_setzero_ps();
   int64_t c = 0;
-  for (; c + 32 <= cols; c += 32) {
-    const __m512 x0 = _mm512_loadu_ps(x + c);
-    const __m512 x1 = _mm512_loadu_ps(x + c + 16);
-    for (int i = 0; i < R; ++i) {
-      const WeightT<D>* p = w + i * cols + c;
-      acc0[i] = _mm512_fmadd_ps(load_w<D>(p), x0, acc0[i]);
-      acc1[i] = _mm512_fmadd_ps(load_w<D>(p + 16), x1, acc1[i]);
+  for (; c + 16 * A <= cols; c += 16 * A) {
+    for (int a = 0; a < A; ++a) {
+      __m512 wv[S];
+      for (int i = 0; i < S; ++i) wv[i] = load_w<D>(p[i] + c + 16 * a);
+      for (int j = 0; j < T; ++j) {
+        const __m512 xv = _mm512_loadu_ps(x + j * cols + c + 16 * a);
+        for (int i = 0; i < S; ++i) acc[a][i][j] = _mm512_fmadd_ps(wv[i], xv, acc[a][i][j]);
+      }
     }
   }
   for (; c < cols; c += 16) {
     const __mmask16 m = tail_mask(cols - c);
-    const __m512 xv = _mm512_maskz_loadu_ps(m, x + c);
-    for (int i = 0; i < R; ++i)
-      acc0[i] = _mm512_fmadd_ps(load_w_masked<D>(w + i * cols + c, m), xv, acc0[i]);
+    __m512 wv[S];
+    for (int i = 0; i < S; ++i) wv[i] = load_w_masked<D>(p[i] + c, m);
+    for (int j = 0; j < T; ++j) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + j * cols + c);
+      for (int i = 0; i < S; ++i) acc[0][i][j] = _mm512_fmadd_ps(wv[i], xv, acc[0][i][j]);
+    }
   }
-  for (int i = 0; i < R; ++i) out[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+  for (int i = 0; i < S; ++i)
+    for (int j = 0; j < T; ++j) {
+      __m512 v = acc[0][i][j];
+      if constexpr (A == 2) v = _mm512_add_ps(v, acc[1][i][j]);
+      out[j * S + i] = _mm512_reduce_add_ps(v);
+    }
+}
+
+constexpr int kStreams = 4;  // far-apart weight rows streamed at once
+constexpr int kStreamT = 4;  // activation rows per pass over the S rows
+
+// The S rows at p against all n activation rows, kStreamT at a time (the
+// rows are re-read from L1/L2 for the later groups, not from memory).
+template <DType D, int S>
+inline void stream_block(const float* x, int64_t n, const WeightT<D>* const* p, const int64_t* r,
+                         const WeightMatrix& w, const float* bias, float* y) {
+  float out[S * kStreamT];
+  for (int64_t t = 0; t < n; t += kStreamT) {
+    const int64_t tn = n - t < kStreamT ? n - t : kStreamT;
+    const float* xt = x + t * w.cols;
+    switch (tn) {
+      case 1: stream_rows<D, S, 1>(xt, p, w.cols, out); break;
+      case 2: stream_rows<D, S, 2>(xt, p, w.cols, out); break;
+      case 3: stream_rows<D, S, 3>(xt, p, w.cols, out); break;
+      default: stream_rows<D, S, kStreamT>(xt, p, w.cols, out); break;
+    }
+    for (int64_t j = 0; j < tn; ++j)
+      for (int i = 0; i < S; ++i)
+        y[(t + j) * w.rows + r[i]] = out[j * S + i] + (bias ? bias[r[i]] : 0.0f);
+  }
 }
 
 template <DType D>
-void gemv_impl(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
-               int64_t r1) {
+void stream_impl(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                 int64_t r0, int64_t r1) {
   const auto* W = static_cast<const WeightT<D>*>(w.data);
-  const int64_t cols = w.cols;
-  int64_t r = r0;
-  float out[4];
-  for (; r + 4 <= r1; r += 4) {
-    gemv_block<D, 4>(x, W + r * cols, cols, out);
-    for (int i = 0; i < 4; ++i) y[r + i] = out[i] + (bias ? bias[r + i] : 0.0f);
+  const int64_t h = (r1 - r0) / kStreams;
+  for (int64_t k = 0; k < h; ++k) {
+    const WeightT<D>* p[kStreams];
+    int64_t r[kStreams];
+    for (int i = 0; i < kStreams; ++i) {
+      r[i] = r0 + i * h + k;
+      p[i] = W + r[i] * w.cols;
+    }
+    stream_block<D, kStreams>(x, n, p, r, w, bias, y);
   }
-  for (; r < r1; ++r) {
-    gemv_block<D, 1>(x, W + r * cols, cols, out);
-    y[r] = out[0] + (bias ? bias[r] : 0.0f);
+  for (int64_t r = r0 + kStreams * h; r < r1; ++r) {
+    const WeightT<D>* p = W + r * w.cols;
+    stream_block<D, 1>(x, n, &p, &r, w, bias, y);
   }
 }
 
-void gemv(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
-          int64_t r1) {
+void stream(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+            int64_t r0, int64_t r1) {
   switch (w.dtype) {
-    case DType::F32: return gemv_impl<DType::F32>(x, w, bias, y, r0, r1);
-    case DType::F16: return gemv_impl<DType::F16>(x, w, bias, y, r0, r1);
-    default: return gemv_impl<DType::BF16>(x, w, bias, y, r0, r1);
+    case DType::F32: return stream_impl<DType::F32>(x, n, w, bias, y, r0, r1);
+    case DType::F16: return stream_impl<DType::F16>(x, n, w, bias, y, r0, r1);
+    default: return stream_impl<DType::BF16>(x, n, w, bias, y, r0, r1);
   }
 }
 
-// ---- GEMM (n > 1) -----------------------------------------------------------
+// ---- GEMM (n > kStreamMaxN) -------------------------------------------------
 // Blocking: the k dimension in blocks of kKc; activations in tiles of kTn
 // rows (kTn x kKc f32 = 256 KiB, L2-resident while all W rows of the chunk go
 // by); W in blocks of kMr rows converted once per (k block, x tile) into an
@@ -163,8 +215,8 @@ struct TileArgs {
   int64_t ldw;
   const float* x;  // activation rows, row stride ldx
   int64_t ldx;
-  int64_t len;     // k elements in this block
-  float* y;        // y[j * ldy + i] for weight row i, activation row j
+  int64_t len;  // k elements in this block
+  float* y;     // y[j * ldy + i] for weight row i, activation row j
   int64_t ldy;
   const float* bias;  // bias of weight row 0, or null
   bool first;         // first k block: store (+bias); later ones accumulate
@@ -260,12 +312,12 @@ float dot(const float* a, const float* b, int64_t n) {
   int64_t i = 0;
   for (; i + 64 <= n; i += 64)
     for (int j = 0; j < 4; ++j)
-      acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * j), _mm512_loadu_ps(b + i + 16 * j),
-                               acc[j]);
+      acc[j] =
+          _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * j), _mm512_loadu_ps(b + i + 16 * j), acc[j]);
   for (; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
-    acc[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
-                             acc[0]);
+    acc[0] =
+        _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc[0]);
   }
   return _mm512_reduce_add_ps(
       _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
@@ -286,6 +338,6 @@ void axpy(float a, const float* x, float* y, int64_t n) {
 
 }  // namespace
 
-const IsaKernels kAvx512Kernels = {"avx512", gemv, gemm, dot, axpy};
+const IsaKernels kAvx512Kernels = {"avx512", stream, gemm, dot, axpy};
 
 }  // namespace tandem::cpu::detail

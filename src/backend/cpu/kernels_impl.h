@@ -16,16 +16,23 @@
 
 namespace tandem::cpu::detail {
 
+// matmul uses the streaming kernel up to this many activation rows and the
+// cache-blocked GEMM beyond. Measured with bench/gemv.cpp --n on the 2-core
+// EPYC (AVX-512, bf16): streaming is 1.2-1.6x faster at n = 16, even at n = 32,
+// and 1.1-2x slower at n = 512, where its re-reads of x leave the L2.
+constexpr int64_t kStreamMaxN = 16;
+
 struct IsaKernels {
   const char* name;
-  // Decode GEMV on a block of output rows:
-  //   y[r] = sum_c x[c] * W[r, c] + (bias ? bias[r] : 0)   for r in [r0, r1).
-  void (*gemv)(const float* x, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
-               int64_t r1);
-  // Prefill GEMM on a block of output rows, for n activation rows:
+  // Streaming matmul for small n (decode GEMV and n up to kStreamMaxN):
   //   y[t * w.rows + r] = sum_c x[t * w.cols + c] * W[r, c] + (bias ? bias[r] : 0)
-  //   for t in [0, n), r in [r0, r1). Single-threaded; the caller splits rows
-  //   or activation rows across the pool.
+  //   for t in [0, n), r in [r0, r1). Reads each weight once from memory, so
+  //   its speed is the memory bandwidth. Single-threaded; the caller splits rows.
+  void (*stream)(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                 int64_t r0, int64_t r1);
+  // Prefill GEMM, same contract as stream for any n: reuses each weight
+  //   across many activation rows (cache-blocked), so its speed is the FMA
+  //   throughput. Single-threaded; the caller splits rows or activation rows.
   void (*gemm)(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
                int64_t r0, int64_t r1);
   float (*dot)(const float* a, const float* b, int64_t n);
