@@ -5,6 +5,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
+#include "model/vision_common.h"
 
 namespace tandem {
 
@@ -12,22 +13,6 @@ namespace {
 
 const char* const kTowerPrefixes[] = {"model.vision_tower.", "vision_tower."};
 const char* const kProjectorPrefixes[] = {"model.multi_modal_projector.", "multi_modal_projector."};
-
-std::vector<float> vec(const Checkpoint& c, const std::string& name, const Shape& shape) {
-  TensorView t = c.require(name, shape);
-  std::vector<float> v(size_t(t.numel()));
-  convert_to_f32(t.data, t.dtype, t.numel(), v.data());
-  return v;
-}
-
-WeightMatrix matrix(const Checkpoint& c, const std::string& name, int64_t rows, int64_t cols) {
-  TensorView t = c.require(name, {rows, cols});
-  return WeightMatrix{t.dtype, t.data, rows, cols};
-}
-
-int64_t field(const nlohmann::json& j, const char* key, int64_t fallback) {
-  return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : fallback;
-}
 
 }  // namespace
 
@@ -39,13 +24,13 @@ std::unique_ptr<PixtralVision> PixtralVision::load(const Checkpoint& ckpt,
          ckpt.dir().c_str());
   const nlohmann::json& vc = config["vision_config"];
   auto v = std::unique_ptr<PixtralVision>(new PixtralVision());
-  v->hidden_ = field(vc, "hidden_size", 1024);
-  v->heads_ = field(vc, "num_attention_heads", 16);
-  v->head_dim_ = field(vc, "head_dim", v->hidden_ / v->heads_);
-  v->intermediate_ = field(vc, "intermediate_size", 4096);
-  v->image_size_ = field(vc, "image_size", 1540);
-  v->patch_ = field(vc, "patch_size", 14);
-  v->merge_ = field(config, "spatial_merge_size", 2);
+  v->hidden_ = vision::config_int(vc, "hidden_size", 1024);
+  v->heads_ = vision::config_int(vc, "num_attention_heads", 16);
+  v->head_dim_ = vision::config_int(vc, "head_dim", v->hidden_ / v->heads_);
+  v->intermediate_ = vision::config_int(vc, "intermediate_size", 4096);
+  v->image_size_ = vision::config_int(vc, "image_size", 1540);
+  v->patch_ = vision::config_int(vc, "patch_size", 14);
+  v->merge_ = vision::config_int(config, "spatial_merge_size", 2);
   v->text_hidden_ = text_hidden;
   if (vc.contains("rope_parameters") && vc["rope_parameters"].contains("rope_theta"))
     v->theta_ = vc["rope_parameters"]["rope_theta"].get<double>();
@@ -57,46 +42,39 @@ std::unique_ptr<PixtralVision> PixtralVision::load(const Checkpoint& ckpt,
     v->text_eps_ = config["text_config"]["rms_norm_eps"].get<float>();
   const bool bias = config.value("multimodal_projector_bias", false);
   const int64_t H = v->hidden_, F = v->intermediate_, Q = v->heads_ * v->head_dim_,
-                layers = field(vc, "num_hidden_layers", 24);
+                layers = vision::config_int(vc, "num_hidden_layers", 24);
 
-  std::string p;
-  for (const char* prefix : kTowerPrefixes)
-    if (ckpt.has(std::string(prefix) + "patch_conv.weight")) {
-      p = prefix;
-      break;
-    }
+  const std::string p = vision::find_prefix(ckpt, kTowerPrefixes, "patch_conv.weight");
   if (p.empty())
     fail("%s: no Pixtral vision tower tensors (vision_tower.patch_conv.weight)",
          ckpt.dir().c_str());
   TensorView conv = ckpt.require(p + "patch_conv.weight", {H, 3, v->patch_, v->patch_});
   v->patch_embed_ = WeightMatrix{conv.dtype, conv.data, H, 3 * v->patch_ * v->patch_};
-  v->ln_pre_ = vec(ckpt, p + "ln_pre.weight", {H});
+  v->ln_pre_ = vision::read_f32(ckpt, p + "ln_pre.weight", {H});
   for (int64_t i = 0; i < layers; ++i) {
     const std::string l = p + "transformer.layers." + std::to_string(i) + ".";
     Layer L;
-    L.attn_norm = vec(ckpt, l + "attention_norm.weight", {H});
-    L.ffn_norm = vec(ckpt, l + "ffn_norm.weight", {H});
-    L.q = matrix(ckpt, l + "attention.q_proj.weight", Q, H);
-    L.k = matrix(ckpt, l + "attention.k_proj.weight", Q, H);
-    L.v = matrix(ckpt, l + "attention.v_proj.weight", Q, H);
-    L.o = matrix(ckpt, l + "attention.o_proj.weight", H, Q);
-    L.gate = matrix(ckpt, l + "feed_forward.gate_proj.weight", F, H);
-    L.up = matrix(ckpt, l + "feed_forward.up_proj.weight", F, H);
-    L.down = matrix(ckpt, l + "feed_forward.down_proj.weight", H, F);
+    L.attn_norm = vision::read_f32(ckpt, l + "attention_norm.weight", {H});
+    L.ffn_norm = vision::read_f32(ckpt, l + "ffn_norm.weight", {H});
+    L.q = vision::read_matrix(ckpt, l + "attention.q_proj.weight", Q, H);
+    L.k = vision::read_matrix(ckpt, l + "attention.k_proj.weight", Q, H);
+    L.v = vision::read_matrix(ckpt, l + "attention.v_proj.weight", Q, H);
+    L.o = vision::read_matrix(ckpt, l + "attention.o_proj.weight", H, Q);
+    L.gate = vision::read_matrix(ckpt, l + "feed_forward.gate_proj.weight", F, H);
+    L.up = vision::read_matrix(ckpt, l + "feed_forward.up_proj.weight", F, H);
+    L.down = vision::read_matrix(ckpt, l + "feed_forward.down_proj.weight", H, F);
     v->layers_.push_back(std::move(L));
   }
-  std::string m;
-  for (const char* prefix : kProjectorPrefixes)
-    if (ckpt.has(std::string(prefix) + "norm.weight")) m = prefix;
+  const std::string m = vision::find_prefix(ckpt, kProjectorPrefixes, "norm.weight");
   if (m.empty()) fail("%s: no multi_modal_projector.norm.weight", ckpt.dir().c_str());
   const int64_t M = v->merge_ * v->merge_;
-  v->proj_norm_ = vec(ckpt, m + "norm.weight", {H});
-  v->merging_ = matrix(ckpt, m + "patch_merger.merging_layer.weight", H, H * M);
-  v->linear_1_ = matrix(ckpt, m + "linear_1.weight", text_hidden, H);
-  v->linear_2_ = matrix(ckpt, m + "linear_2.weight", text_hidden, text_hidden);
+  v->proj_norm_ = vision::read_f32(ckpt, m + "norm.weight", {H});
+  v->merging_ = vision::read_matrix(ckpt, m + "patch_merger.merging_layer.weight", H, H * M);
+  v->linear_1_ = vision::read_matrix(ckpt, m + "linear_1.weight", text_hidden, H);
+  v->linear_2_ = vision::read_matrix(ckpt, m + "linear_2.weight", text_hidden, text_hidden);
   if (bias) {
-    v->linear_1_b_ = vec(ckpt, m + "linear_1.bias", {text_hidden});
-    v->linear_2_b_ = vec(ckpt, m + "linear_2.bias", {text_hidden});
+    v->linear_1_b_ = vision::read_f32(ckpt, m + "linear_1.bias", {text_hidden});
+    v->linear_2_b_ = vision::read_f32(ckpt, m + "linear_2.bias", {text_hidden});
   }
   return v;
 }
@@ -108,14 +86,7 @@ void PixtralVision::encode(ThreadPool& pool, const float* pixels, int64_t h, int
     fail("pixtral: image %lldx%lld is not a multiple of %lld", (long long)w, (long long)h,
          (long long)patch_multiple());
   const int64_t rows = h / p, cols = w / p, N = rows * cols;
-  std::vector<float> patches(size_t(N * 3 * p * p));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      float* dst = patches.data() + (r * cols + c) * 3 * p * p;
-      for (int64_t ch = 0; ch < 3; ++ch)
-        for (int64_t y = 0; y < p; ++y)
-          for (int64_t x = 0; x < p; ++x) *dst++ = pixels[(ch * h + r * p + y) * w + c * p + x];
-    }
+  const std::vector<float> patches = vision::patches_chw(pixels, h, w, p);
   std::vector<float> hs(size_t(N * H)), x(size_t(N * H)), q(size_t(N * Q)), k(size_t(N * Q)),
       v(size_t(N * Q)), attn(size_t(N * Q)), gate(size_t(N * F)), up(size_t(N * F));
   cpu::matmul(pool, patches.data(), N, patch_embed_, nullptr, hs.data());
@@ -156,24 +127,7 @@ void PixtralVision::encode(ThreadPool& pool, const float* pixels, int64_t h, int
     cpu::matmul(pool, x.data(), N, L.v, nullptr, v.data());
     rope(q.data());
     rope(k.data());
-    pool.parallel_for(N * heads_, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores(static_cast<size_t>(N));
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t t = task / heads_, hd = task % heads_;
-        const float* qt = q.data() + t * Q + hd * Dh;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < N; ++j) {
-          scores[size_t(j)] = cpu::dot(qt, k.data() + j * Q + hd * Dh, Dh) * scale;
-          mx = std::max(mx, scores[size_t(j)]);
-        }
-        float sum = 0.0f;
-        for (float& s : scores) sum += (s = std::exp(s - mx));
-        float* o = attn.data() + t * Q + hd * Dh;
-        std::fill(o, o + Dh, 0.0f);
-        for (int64_t j = 0; j < N; ++j)
-          cpu::axpy(scores[size_t(j)] / sum, v.data() + j * Q + hd * Dh, o, Dh);
-      }
-    });
+    vision::full_attention(pool, q.data(), k.data(), v.data(), N, heads_, Dh, scale, attn.data());
     cpu::matmul(pool, attn.data(), N, L.o, nullptr, x.data());
     cpu::add_inplace(hs.data(), x.data(), N * H);
     cpu::rmsnorm(hs.data(), L.ffn_norm.data(), N, H, 1e-5f, x.data());
