@@ -270,7 +270,7 @@ std::string normalize(std::string_view text, NormForm form) {
   std::vector<char32_t> d;
   d.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
-    char32_t cp;
+    char32_t cp = 0;  // decode_utf8 always sets it; initialized for the compiler
     int len = decode_utf8(text, i, &cp);
     decompose(cp, compat, d);
     i += len;
