@@ -52,6 +52,26 @@ TEST(VisionParity, Mistral3ImageLogitsMatchTransformers) {
   check_family("mistral3", "mistral3-f32");
 }
 
+TEST(VisionParity, RunWithAnImageContinuesFromTheImagePrompt) {
+  // The greedy first token after a one-image prompt is the argmax of the
+  // reference's last-position logits.
+  std::ifstream f(source_dir() + "/tests/fixtures/vision/gemma3/reference.json");
+  const json c = json::parse(f)["cases"][1];
+  ASSERT_EQ(c["name"], "one_image");
+  std::string ids;
+  for (size_t i = 0; i < c["ids"].size(); ++i)
+    ids += (i ? "," : "") + std::to_string(c["ids"][i].get<int>());
+  auto r =
+      run_tandem("run " + fixture_dir("gemma3-f32") + " --json --ignore-eos -n 1 --ids " + ids +
+                 " --image " + source_dir() + "/tests/fixtures/vision/gemma3/input_0.png");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json& last = c["logits"].back();
+  size_t best = 0;
+  for (size_t v = 1; v < last.size(); ++v)
+    if (last[v].get<double>() > last[best].get<double>()) best = v;
+  EXPECT_EQ(json::parse(r.out)["ids"][0].get<size_t>(), best);
+}
+
 TEST(VisionParity, PlaceholderCountsMustMatchTheImages) {
   // Two placeholder runs (id 319) but one image.
   auto r = run_tandem("logits " + fixture_dir("gemma3-f32") + " --ids 2,319,5,319,6 --image " +

@@ -26,6 +26,7 @@ struct RunOptions {
   int threads = 0;
   bool json = false;
   bool ignore_eos = false;
+  std::vector<std::string> images;
 };
 
 struct LogitsOptions {
@@ -64,7 +65,13 @@ int run_generate(const RunOptions& o) {
   Sampler sampler(SamplingParams{.temperature = o.temperature, .seed = o.seed});
 
   const double t0 = now_seconds();
-  run_sequence(decoder, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false);
+  if (o.images.empty()) {
+    run_sequence(decoder, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false);
+  } else {
+    const ImagePrompt images = build_image_prompt(*model, pool, prompt, o.images);
+    run_sequence(decoder, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false,
+                 images.embeds.data(), images.key_end.data());
+  }
   const double t1 = now_seconds();
   std::vector<int32_t> out;
   const auto& eos = model->spec.eos_ids;
@@ -142,6 +149,11 @@ Runner add_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--json", o->json, "Print {\"ids\": [...], \"text\": \"...\"} as JSON");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
+  cmd->add_option(
+         "--image", o->images,
+         "Image file for the next image's placeholder ids in the prompt (repeatable; Gemma 3 "
+         "and Mistral 3 checkpoints so far; the prompt must already hold the placeholders)")
+      ->check(CLI::ExistingFile);
   return [o] { return run_generate(*o); };
 }
 
