@@ -1,6 +1,7 @@
 // tandem tokenize / tandem detokenize: line-oriented JSON filters over a
 // tokenizer, for scripting and for checking tandem against other libraries.
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,40 +27,39 @@ constexpr const char* kErrorPolicy =
     "stderr and exits with status 1 (lines before it were already answered on stdout). "
     "Empty lines are answered too (as an empty string / empty array).";
 
-int run_tokenize(const TokOptions& o) {
-  text::Tokenizer tok = text::Tokenizer::load(o.path);
+// Answers stdin line by line: each line is parsed as JSON (an empty line as
+// `empty`), handed to `answer` with its line number, and the JSON it returns
+// is written as one line. Errors stop the command (see kErrorPolicy).
+void for_each_json_line(const char* empty, const std::function<json(const json&, size_t)>& answer) {
   std::string line;
   size_t n = 0;
   while (std::getline(std::cin, line)) {
     ++n;
     json in;
     try {
-      in = json::parse(line.empty() ? std::string("\"\"") : line);
+      in = json::parse(line.empty() ? std::string(empty) : line);
     } catch (const json::exception& e) {
       fail("line %zu: not JSON: %s", n, e.what());
     }
-    if (!in.is_string()) fail("line %zu: expected a JSON string, got %s", n, in.type_name());
-    std::vector<int32_t> ids = tok.encode(in.get_ref<const std::string&>(), !o.no_special);
-    std::string out = json(ids).dump();
+    const std::string out = answer(in, n).dump(-1, ' ', false, json::error_handler_t::replace);
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fputc('\n', stdout);
   }
   std::fflush(stdout);
+}
+
+int run_tokenize(const TokOptions& o) {
+  text::Tokenizer tok = text::Tokenizer::load(o.path);
+  for_each_json_line("\"\"", [&](const json& in, size_t n) {
+    if (!in.is_string()) fail("line %zu: expected a JSON string, got %s", n, in.type_name());
+    return json(tok.encode(in.get_ref<const std::string&>(), !o.no_special));
+  });
   return 0;
 }
 
 int run_detokenize(const TokOptions& o) {
   text::Tokenizer tok = text::Tokenizer::load(o.path);
-  std::string line;
-  size_t n = 0;
-  while (std::getline(std::cin, line)) {
-    ++n;
-    json in;
-    try {
-      in = json::parse(line.empty() ? std::string("[]") : line);
-    } catch (const json::exception& e) {
-      fail("line %zu: not JSON: %s", n, e.what());
-    }
+  for_each_json_line("[]", [&](const json& in, size_t n) {
     if (!in.is_array()) fail("line %zu: expected a JSON array of ids, got %s", n, in.type_name());
     std::vector<int32_t> ids;
     ids.reserve(in.size());
@@ -72,12 +72,8 @@ int run_detokenize(const TokOptions& o) {
              tok.vocab_size());
       ids.push_back(static_cast<int32_t>(id));
     }
-    std::string out =
-        json(tok.decode(ids, o.skip_special)).dump(-1, ' ', false, json::error_handler_t::replace);
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fputc('\n', stdout);
-  }
-  std::fflush(stdout);
+    return json(tok.decode(ids, o.skip_special));
+  });
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cpu/kernels.h"
+#include "core/error.h"
 
 namespace tandem::vision {
 
@@ -17,6 +18,13 @@ std::vector<float> read_f32(const Checkpoint& c, const std::string& name, const 
 WeightMatrix read_matrix(const Checkpoint& c, const std::string& name, int64_t rows, int64_t cols) {
   TensorView t = c.require(name, {rows, cols});
   return WeightMatrix{t.dtype, t.data, rows, cols};
+}
+
+const nlohmann::json& vision_config(const Checkpoint& c, const nlohmann::json& config) {
+  if (!config.contains("vision_config") || !config["vision_config"].is_object())
+    fail("%s: config.json has no vision_config, so this checkpoint cannot take images",
+         c.dir().c_str());
+  return config["vision_config"];
 }
 
 int64_t config_int(const nlohmann::json& j, const char* key, int64_t fallback) {

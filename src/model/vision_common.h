@@ -18,6 +18,8 @@ namespace tandem::vision {
 std::vector<float> read_f32(const Checkpoint& c, const std::string& name, const Shape& shape);
 // A [rows, cols] weight viewed in place, or Error naming it.
 WeightMatrix read_matrix(const Checkpoint& c, const std::string& name, int64_t rows, int64_t cols);
+// config["vision_config"], or Error: the checkpoint cannot take images.
+const nlohmann::json& vision_config(const Checkpoint& c, const nlohmann::json& config);
 // An integer field of a config object, or `fallback` when absent.
 int64_t config_int(const nlohmann::json& j, const char* key, int64_t fallback);
 // The first prefix under which `probe` (a tensor name without prefix)

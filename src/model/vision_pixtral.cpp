@@ -19,10 +19,7 @@ const char* const kProjectorPrefixes[] = {"model.multi_modal_projector.", "multi
 std::unique_ptr<PixtralVision> PixtralVision::load(const Checkpoint& ckpt,
                                                    const nlohmann::json& config,
                                                    int64_t text_hidden) {
-  if (!config.contains("vision_config") || !config["vision_config"].is_object())
-    fail("%s: config.json has no vision_config, so this checkpoint cannot take images",
-         ckpt.dir().c_str());
-  const nlohmann::json& vc = config["vision_config"];
+  const nlohmann::json& vc = vision::vision_config(ckpt, config);
   auto v = std::unique_ptr<PixtralVision>(new PixtralVision());
   v->hidden_ = vision::config_int(vc, "hidden_size", 1024);
   v->heads_ = vision::config_int(vc, "num_attention_heads", 16);
