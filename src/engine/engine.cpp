@@ -370,6 +370,12 @@ struct Engine::Impl {
         finish(*seq, FinishReason::Error, "internal error while running the model");
       return;
     }
+    // Counters move before any event of this step is visible, so a client
+    // that has seen its request end reads totals that include it.
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      snapshot.total_prompt_tokens += uint64_t(prompt_tokens);
+    }
     int64_t generated = 0;
     for (Sequence* seq : batch) {
       kv_trim_sliding(*kv_pool, spec, seq->kv);
@@ -378,9 +384,6 @@ struct Engine::Impl {
     const double now = now_s();
     gen_window.emplace_back(now, generated);
     prompt_window.emplace_back(now, prompt_tokens);
-    std::lock_guard<std::mutex> lock(mu);
-    snapshot.total_prompt_tokens += uint64_t(prompt_tokens);
-    snapshot.total_completion_tokens += uint64_t(generated);
   }
 
   void stall() {
@@ -433,6 +436,10 @@ struct Engine::Impl {
     if (seq.text) {
       e.text = seq.text->push(id);
       if (seq.stop) e.text = seq.stop->push(e.text);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      snapshot.total_completion_tokens++;
     }
     seq.handle->push(std::move(e));
     if (seq.stop && seq.stop->stopped())
