@@ -70,7 +70,7 @@ int run_generate(const RunOptions& o) {
   } else {
     const ImagePrompt images = build_image_prompt(*model, pool, prompt, o.images);
     run_sequence(decoder, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false,
-                 images.embeds.data(), images.key_end.data());
+                 images.placement.embeds.data(), images.placement.key_end.data());
   }
   const double t1 = now_seconds();
   std::vector<int32_t> out;
@@ -119,8 +119,8 @@ int run_logits(const LogitsOptions& o) {
     run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all);
   } else {
     const ImagePrompt images = build_image_prompt(*model, pool, ids, o.images);
-    run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all, images.embeds.data(),
-                 images.key_end.data());
+    run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all, images.placement.embeds.data(),
+                 images.placement.key_end.data());
   }
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t r = 0; r < (o.all ? n : 1); ++r)

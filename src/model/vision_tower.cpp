@@ -1,0 +1,233 @@
+#include "model/vision_tower.h"
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "image/preprocess.h"
+#include "image/resize.h"
+#include "model/vision_gemma3.h"
+#include "model/vision_pixtral.h"
+
+namespace tandem {
+
+namespace {
+
+nlohmann::json read_config(const Model& model) {
+  const std::string path = model.checkpoint.dir() + "/config.json";
+  std::ifstream f(path);
+  if (!f) fail("cannot read %s", path.c_str());
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail("%s: not valid JSON: %s", path.c_str(), e.what());
+  }
+}
+
+int32_t config_id(const nlohmann::json& config, std::initializer_list<const char*> keys,
+                  int32_t fallback) {
+  for (const char* k : keys)
+    if (config.contains(k) && config[k].is_number_integer()) return config[k].get<int32_t>();
+  return fallback;
+}
+
+// Mean and std of the model's image processor (preprocessor_config.json),
+// the family's defaults when the folder has none.
+void normalization(const std::string& dir, std::array<float, 3>& mean, std::array<float, 3>& std) {
+  const std::string path = dir + "/preprocessor_config.json";
+  if (!std::filesystem::exists(path)) return;
+  std::ifstream f(path);
+  nlohmann::json p;
+  try {
+    p = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail("%s: not valid JSON: %s", path.c_str(), e.what());
+  }
+  for (int c = 0; c < 3; ++c) {
+    if (p.contains("image_mean") && p["image_mean"].is_array())
+      mean[c] = p["image_mean"][c].get<float>();
+    if (p.contains("image_std") && p["image_std"].is_array())
+      std[c] = p["image_std"][c].get<float>();
+  }
+}
+
+class Gemma3Tower : public VisionTower {
+ public:
+  Gemma3Tower(const Model& model, const nlohmann::json& config)
+      : tower_(Gemma3Vision::load(model.checkpoint, config, model.spec.hidden)) {
+    layout_ = ImageLayout::Gemma3;
+    ids_.placeholder = config_id(config, {"image_token_index", "image_token_id"}, 262144);
+    ids_.begin = config_id(config, {"boi_token_index", "boi_token_id"}, 255999);
+    ids_.end = config_id(config, {"eoi_token_index", "eoi_token_id"}, 256000);
+    ids_.marker = ids_.begin;
+    bidirectional_ = true;
+    text_hidden_ = model.spec.hidden;
+    max_tokens_ = tower_->tokens_per_image();
+    normalization(model.checkpoint.dir(), mean_, std_);
+  }
+
+  PreparedImage prepare(const Image& image) const override {
+    const Size2 size = gemma3_target_size(int(tower_->image_size()));
+    PreparedImage p;
+    p.pixels = normalize_chw(resize_image(image, size.width, size.height, ResizeFilter::Bilinear),
+                             mean_, std_);
+    p.height = size.height;
+    p.width = size.width;
+    p.cols = p.tokens = tower_->tokens_per_image();
+    return p;
+  }
+
+  void encode(ThreadPool& pool, const PreparedImage& image, float* out) const override {
+    tower_->encode(pool, image.pixels.data(), out);
+  }
+
+ private:
+  std::unique_ptr<Gemma3Vision> tower_;
+  std::array<float, 3> mean_{0.5f, 0.5f, 0.5f}, std_{0.5f, 0.5f, 0.5f};
+};
+
+class PixtralTower : public VisionTower {
+ public:
+  PixtralTower(const Model& model, const nlohmann::json& config)
+      : tower_(PixtralVision::load(model.checkpoint, config, model.spec.hidden)) {
+    layout_ = ImageLayout::Pixtral;
+    ids_.placeholder = config_id(config, {"image_token_index", "image_token_id"}, 10);
+    ids_.row_break = config_id(config, {"image_break_token_id"}, 12);
+    ids_.end = config_id(config, {"image_end_token_id"}, 13);
+    ids_.marker = ids_.placeholder;
+    text_hidden_ = model.spec.hidden;
+    const int64_t side = tower_->image_size() / tower_->patch_multiple();
+    max_tokens_ = side * side;
+    normalization(model.checkpoint.dir(), mean_, std_);
+  }
+
+  PreparedImage prepare(const Image& image) const override {
+    const Size2 size = pixtral_target_size(image.height, image.width, int(tower_->image_size()),
+                                           int(tower_->patch_multiple()));
+    PreparedImage p;
+    p.pixels = normalize_chw(resize_image(image, size.width, size.height, ResizeFilter::Bicubic),
+                             mean_, std_);
+    p.height = size.height;
+    p.width = size.width;
+    p.rows = size.height / tower_->patch_multiple();
+    p.cols = size.width / tower_->patch_multiple();
+    p.tokens = tower_->tokens_for(size.height, size.width);
+    return p;
+  }
+
+  void encode(ThreadPool& pool, const PreparedImage& image, float* out) const override {
+    tower_->encode(pool, image.pixels.data(), image.height, image.width, out);
+  }
+
+ private:
+  std::unique_ptr<PixtralVision> tower_;
+  std::array<float, 3> mean_{0.48145466f, 0.4578275f, 0.40821073f},
+      std_{0.26862954f, 0.26130258f, 0.27577711f};
+};
+
+bool is_vision_tensor(const std::string& name) {
+  for (const char* part : {"vision_tower.", "multi_modal_projector.", "embed_vision.",
+                           "vision_model.", "vision_embed"})
+    if (name.find(part) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<VisionTower> VisionTower::load(const Model& model) {
+  const nlohmann::json config = read_config(model);
+  const std::string type = config.value("model_type", "");
+  if (!config.contains("vision_config") || config["vision_config"].is_null())
+    fail("%s: config.json has no vision_config, so this model takes no images",
+         model.checkpoint.dir().c_str());
+  if (type == "gemma3") return std::make_unique<Gemma3Tower>(model, config);
+  if (type == "mistral3") return std::make_unique<PixtralTower>(model, config);
+  if (type == "gemma4") return load_gemma4_tower(model, config);
+  fail(
+      "%s: images are supported for Gemma 3, Gemma 4 and Mistral 3 checkpoints, not model_type "
+      "\"%s\"",
+      model.checkpoint.dir().c_str(), type.c_str());
+}
+
+bool VisionTower::present(const Model& model) {
+  const nlohmann::json config = read_config(model);
+  return config.contains("vision_config") && !config["vision_config"].is_null();
+}
+
+size_t VisionTower::checkpoint_bytes(const Model& model) {
+  size_t bytes = 0;
+  for (const std::string& name : model.checkpoint.names())
+    if (is_vision_tensor(name)) bytes += model.checkpoint.get(name).nbytes();
+  return bytes;
+}
+
+std::vector<int32_t> VisionTower::expansion_ids(const PreparedImage& image) const {
+  std::vector<int32_t> ids;
+  switch (layout_) {
+    case ImageLayout::Gemma3:
+    case ImageLayout::Gemma4:
+      ids.push_back(ids_.begin);
+      ids.insert(ids.end(), size_t(image.tokens), ids_.placeholder);
+      ids.push_back(ids_.end);
+      break;
+    case ImageLayout::Pixtral:
+      for (int64_t r = 0; r < image.rows; ++r) {
+        ids.insert(ids.end(), size_t(image.cols), ids_.placeholder);
+        ids.push_back(r + 1 == image.rows ? ids_.end : ids_.row_break);
+      }
+      break;
+  }
+  return ids;
+}
+
+std::string VisionTower::expansion_text(
+    const PreparedImage& image, const std::function<std::string(int32_t)>& token_text) const {
+  std::string text;
+  for (int32_t id : expansion_ids(image)) text += token_text(id);
+  if (layout_ == ImageLayout::Gemma3) text = "\n\n" + text + "\n\n";
+  return text;
+}
+
+ImagePlacement place_images(const VisionTower& tower, const std::vector<int32_t>& ids,
+                            const std::vector<int64_t>& tokens_per_image, const float* features) {
+  const int32_t placeholder = tower.ids().placeholder;
+  const int64_t D = tower.text_hidden();
+  int64_t total = 0;
+  for (int64_t t : tokens_per_image) total += t;
+  int64_t slots = 0;
+  for (int32_t id : ids) slots += id == placeholder;
+  if (slots != total)
+    fail("the prompt has %lld image placeholders (id %d) but its %zu images need %lld",
+         (long long)slots, placeholder, tokens_per_image.size(), (long long)total);
+  ImagePlacement out;
+  out.embeds.assign(ids.size(), nullptr);
+  out.key_end.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) out.key_end[i] = int64_t(i) + 1;
+  // Image k owns the next tokens_per_image[k] placeholders; its run spans
+  // from its first to its last (Pixtral's breaks fall inside).
+  int64_t next = 0;
+  size_t i = 0;
+  for (int64_t count : tokens_per_image) {
+    int64_t first = -1, last = -1;
+    for (int64_t taken = 0; taken < count; ++i)
+      if (ids[i] == placeholder) {
+        if (first < 0) first = int64_t(i);
+        last = int64_t(i);
+        out.embeds[i] = features + (next++) * D;
+        ++taken;
+      }
+    out.runs.emplace_back(first, last + 1);
+    if (tower.bidirectional()) {
+      // Gemma 3's runs are contiguous (checked: a hole would be a text token
+      // seeing later image tokens).
+      if (last - first + 1 != count)
+        fail("image %zu: its %lld placeholders are not one contiguous run", out.runs.size(),
+             (long long)count);
+      for (int64_t j = first; j <= last; ++j) out.key_end[size_t(j)] = last + 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace tandem
