@@ -1,10 +1,11 @@
-// Image prompts against transformers: the tiny Gemma 3 and Mistral 3
+// Image prompts against transformers: the tiny Gemma 3, Gemma 4 and Mistral 3
 // checkpoints' logits for a text-only prompt, one image and two images
 // (tests/fixtures/vision/<family>/reference.json, from
 // tools/fixtures/make_vision_fixtures.py), through `tandem logits --image`.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -15,12 +16,15 @@ using namespace tandem::test;
 
 namespace {
 
-void check_family(const std::string& family, const std::string& checkpoint) {
+// `model_dir`: the checkpoint folder when it is not fixture_dir(checkpoint).
+void check_family(const std::string& family, const std::string& checkpoint,
+                  const std::string& model_dir = "") {
   std::ifstream f(source_dir() + "/tests/fixtures/vision/" + family + "/reference.json");
   json ref = json::parse(f);
   ASSERT_EQ(ref["cases"].size(), 3u);
   for (const json& c : ref["cases"]) {
-    std::string args = "logits " + fixture_dir(checkpoint) + " --all --ids ";
+    std::string args =
+        "logits " + (model_dir.empty() ? fixture_dir(checkpoint) : model_dir) + " --all --ids ";
     for (size_t i = 0; i < c["ids"].size(); ++i)
       args += (i ? "," : "") + std::to_string(c["ids"][i].get<int>());
     for (const json& k : c["images"])
@@ -50,6 +54,18 @@ TEST(VisionParity, Gemma3ImageLogitsMatchTransformers) {
 
 TEST(VisionParity, Mistral3ImageLogitsMatchTransformers) {
   check_family("mistral3", "mistral3-f32");
+}
+
+TEST(VisionParity, Gemma4ImageLogitsMatchTransformers) {
+  // The reference used max_soft_tokens 70 (the processor's default is 280),
+  // given as the checkpoint folder's preprocessor_config.json.
+  TempDir dir;
+  for (const char* file : {"config.json", "model.safetensors"})
+    std::filesystem::create_symlink(fixture_dir("gemma4-f32") + "/" + file,
+                                    dir.path() + "/" + file);
+  std::ofstream(dir.path() + "/preprocessor_config.json")
+      << R"({"image_processor_type": "Gemma4ImageProcessor", "max_soft_tokens": 70})";
+  check_family("gemma4", "gemma4-f32", dir.path());
 }
 
 TEST(VisionParity, RunWithAnImageContinuesFromTheImagePrompt) {

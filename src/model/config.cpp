@@ -391,6 +391,8 @@ ModelSpec parse_model_spec(const std::string& text, const std::string& source) {
                                               : root.value("eos_token_id", json()));
   json bos = r.has("bos_token_id") ? (*cfg)["bos_token_id"] : root.value("bos_token_id", json());
   s.bos_id = bos.is_number_integer() ? bos.get<int32_t>() : -1;
+  json pad = r.has("pad_token_id") ? (*cfg)["pad_token_id"] : root.value("pad_token_id", json());
+  s.pad_id = pad.is_number_integer() ? pad.get<int32_t>() : gemma4 ? 0 : -1;  // Gemma 4: default 0
   return s;
 }
 

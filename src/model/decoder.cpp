@@ -151,8 +151,12 @@ void Decoder::per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens) {
   int64_t t = 0;
   for (const SeqStep& q : batch)
     for (int64_t i = 0; i < q.n; ++i, ++t) {
-      // Ids beyond the per-layer table (multimodal placeholders) read row 0.
-      const int64_t id = q.ids[i] < s.ple_vocab ? q.ids[i] : 0;
+      // A token whose embedding an image replaced reads the pad token's row
+      // (transformers swaps multimodal ids for pad_token_id); ids beyond the
+      // per-layer table read row 0.
+      int64_t id = q.ids[i];
+      if (q.embeds && q.embeds[i] && s.pad_id >= 0) id = s.pad_id;
+      if (id >= s.ple_vocab) id = 0;
       convert_to_f32(static_cast<const uint8_t*>(w.ple_embed.data) + size_t(id) * row_bytes,
                      w.ple_embed.dtype, LP, tok.data());
       float* row = ple_.data() + t * LP;

@@ -101,6 +101,7 @@ struct ModelSpec {
   RopeSpec rope_sliding;         // RoPE of sliding layers (Gemma: local base frequency)
   std::vector<int32_t> eos_ids;  // generation stops on any of these
   int32_t bos_id = -1;           // -1 = none
+  int32_t pad_id = -1;           // pad_token_id, -1 = none (Gemma 4's PLE reads it for images)
 
   const RopeSpec& rope_for(int64_t l) const {
     return layer[size_t(l)].kind == AttentionKind::Sliding ? rope_sliding : rope_full;
