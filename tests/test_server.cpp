@@ -37,8 +37,8 @@ std::vector<int32_t> token_ids(const HttpResult& r) {
 // A stand-in for the tokenizer/template layer: one id per byte of text.
 class FakePromptBuilder : public server::PromptBuilder {
  public:
-  std::vector<int32_t> chat_prompt(const json& messages, const json& tools,
-                                   const json& kwargs) override {
+  std::vector<int32_t> chat_prompt(const json& messages, const json& tools, const json& kwargs,
+                                   const server::ChatImages* = nullptr) override {
     std::vector<int32_t> ids = {1};
     for (const json& m : messages)
       if (m["content"].is_string()) append(m["content"].get<std::string>(), ids);
@@ -276,6 +276,12 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
                                           "prompt_tps",
                                           "kv_blocks_used",
                                           "kv_blocks_total",
+                                          "text_lane_requests",
+                                          "vision_lane_requests",
+                                          "vision_encoder_calls",
+                                          "images_processed",
+                                          "images_waiting",
+                                          "vision",
                                           "watchdog_fired",
                                           "last_error",
                                           "requests"};

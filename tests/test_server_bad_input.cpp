@@ -161,10 +161,10 @@ std::vector<Case> corpus() {
       {"text part not a string", "POST", kChat,
        chat(R"([{"role": "user", "content": [{"type": "text", "text": 5}]}])"), 400, "invalid_type",
        "messages[0].content[0].text"},
-      {"image without a vision lane", "POST", kChat,
+      {"audio input", "POST", kChat,
        chat(
-           R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x"}}]}])"),
-       400, "unsupported_value", "messages"},
+           R"([{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}])"),
+       400, "unsupported_value", "messages[0].content[0].type"},
       {"tool message without id", "POST", kChat,
        chat(R"([{"role": "user", "content": "hi"}, {"role": "tool", "content": "42"}])"), 400,
        "missing_required_parameter", "messages[1].tool_call_id"},

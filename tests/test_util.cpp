@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 
 namespace tandem::test {
@@ -45,6 +48,28 @@ CommandResult run_tandem(const std::string& args) {
   r.out = slurp(out_path);
   r.err = slurp(err_path);
   return r;
+}
+
+std::string vision_fixture_dir(const std::string& family) {
+  return source_dir() + "/tests/fixtures/vision/" + family;
+}
+
+std::string vision_model_dir(const std::string& family) {
+  namespace fs = std::filesystem;
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<TempDir>> dirs;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& dir = dirs[family];
+  if (dir) return dir->path();
+  dir = std::make_unique<TempDir>();
+  for (const char* file : {"config.json", "model.safetensors"})
+    fs::create_symlink(fixture_dir(family + "-f32") + "/" + file, dir->path() + "/" + file);
+  for (const auto& entry : fs::directory_iterator(vision_fixture_dir(family) + "/tokenizer"))
+    fs::create_symlink(entry.path(), dir->path() + "/" + entry.path().filename().string());
+  if (family == "gemma4")  // the references used max_soft_tokens 70 (default 280)
+    std::ofstream(dir->path() + "/preprocessor_config.json")
+        << R"({"image_processor_type": "Gemma4ImageProcessor", "max_soft_tokens": 70})";
+  return dir->path();
 }
 
 TempDir::TempDir() {

@@ -21,6 +21,14 @@ CommandResult run_tandem(const std::string& args);
 // gtest parameter names for fixture names ("llama-f32" -> "llama_f32").
 std::string fixture_param_name(const std::string& fixture);
 
+// A runnable multimodal model folder for `family` (gemma3, gemma4, mistral3):
+// the tiny parity checkpoint plus the small tokenizer and chat template of
+// tests/fixtures/vision/<family>/tokenizer (and, for Gemma 4, the processor
+// settings the references used). Made once per test process.
+std::string vision_model_dir(const std::string& family);
+// tests/fixtures/vision/<family>
+std::string vision_fixture_dir(const std::string& family);
+
 // A fresh temporary directory, removed with the object.
 class TempDir {
  public:

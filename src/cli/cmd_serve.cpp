@@ -21,6 +21,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "model/vision_tower.h"
 #include "server/model_text.h"
 #include "server/server.h"
 
@@ -43,6 +44,11 @@ struct ServeOptions {
   std::string served_model_name;
   double shutdown_grace_s = 30;
   bool log_requests = false;
+  bool text_only = false;
+  int64_t vision_budget = 1024;
+  bool allow_image_urls = false;
+  std::string image_url_max = "20M";
+  double image_url_timeout_s = 10;
 };
 
 // Seconds after the grace period before a drain that cannot finish is cut
@@ -138,6 +144,41 @@ class SignalWatch {
   std::atomic<bool> loading_{true};
 };
 
+// The vision tower, unless the checkpoint has none or --text-only leaves it
+// unread. A tower that fails to load is a warning: text keeps working, and
+// image requests get a 400 that says why.
+server::VisionInfo load_vision(const Model& model, bool text_only,
+                               std::unique_ptr<VisionTower>& tower) {
+  server::VisionInfo info;
+  info.in_checkpoint = VisionTower::present(model);
+  if (!info.in_checkpoint) {
+    info.unavailable = "the model has no vision tower (config.json has no vision_config)";
+    return info;
+  }
+  info.weight_bytes = VisionTower::checkpoint_bytes(model);
+  if (text_only) {
+    info.unavailable =
+        "the server was started with --text-only; restart it without --text-only to accept "
+        "images";
+    std::fprintf(stderr,
+                 "tandem serve: --text-only: the vision tower is not loaded (%.1f MB of vision "
+                 "weights left unread)\n",
+                 double(info.weight_bytes) / 1e6);
+    return info;
+  }
+  try {
+    tower = VisionTower::load(model);
+    info.loaded = true;
+    std::fprintf(stderr, "tandem serve: vision tower loaded (%.1f MB of weights)\n",
+                 double(info.weight_bytes) / 1e6);
+  } catch (const Error& e) {
+    info.unavailable = std::string("the vision tower failed to load: ") + e.what();
+    std::fprintf(stderr, "tandem serve: warning: %s; serving text only\n",
+                 info.unavailable.c_str());
+  }
+  return info;
+}
+
 int run_serve(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535)
     fail("--port must be in [0, 65535] (0: any free port), got %d", o.port);
@@ -147,6 +188,9 @@ int run_serve(const ServeOptions& o) {
   if (!(o.step_timeout_s > 0))
     fail("--step-timeout must be positive (seconds), got %g", o.step_timeout_s);
   if (!(o.shutdown_grace_s >= 0)) fail("--shutdown-grace must not be negative");
+  if (o.vision_budget < 1)
+    fail("--vision-budget must be at least 1, got %lld", (long long)o.vision_budget);
+  if (!(o.image_url_timeout_s > 0)) fail("--image-url-timeout must be positive (seconds)");
 
   EngineConfig config;
   config.threads = o.threads;
@@ -155,6 +199,7 @@ int run_serve(const ServeOptions& o) {
   config.kv_memory = o.kv_memory.empty() ? 0 : parse_byte_size(o.kv_memory, "--kv-memory");
   config.default_timeout_s = o.timeout_s;
   config.step_timeout_s = o.step_timeout_s;
+  config.vision_budget = o.vision_budget;
 
   server::ServerOptions so;
   so.host = o.host;
@@ -168,6 +213,9 @@ int run_serve(const ServeOptions& o) {
   so.max_request_timeout_s = o.timeout_s;
   so.max_concurrent = o.max_concurrent;
   so.log_requests = o.log_requests;
+  so.allow_image_urls = o.allow_image_urls;
+  so.image_url_limits.max_bytes = parse_byte_size(o.image_url_max, "--image-url-max-size");
+  so.image_url_limits.timeout_s = o.image_url_timeout_s;
 
   SignalWatch signals;
   server::Server srv(so);
@@ -190,8 +238,10 @@ int run_serve(const ServeOptions& o) {
         stderr,
         "tandem serve: warning: %s has no chat template; /v1/chat/completions answers 400\n",
         o.model.c_str());
-  Engine engine(*model, config, text.get());
-  srv.attach(&engine, text.get());
+  std::unique_ptr<VisionTower> tower;
+  const server::VisionInfo vision = load_vision(*model, o.text_only, tower);
+  Engine engine(*model, config, text.get(), tower.get());
+  srv.attach(&engine, text.get(), vision);
   signals.set_loading(false);
   std::fprintf(stderr,
                "tandem serve: ready: model '%s' (context %lld tokens, up to %d concurrent "
@@ -246,6 +296,18 @@ Runner add_serve_command(CLI::App& app) {
                   "Seconds in-flight requests get to finish after SIGTERM/SIGINT")
       ->capture_default_str();
   cmd->add_flag("--log-requests", o->log_requests, "Log one line per HTTP response on stderr");
+  cmd->add_flag("--text-only,--no-mllm", o->text_only,
+                "Do not load the vision tower (saves its memory); image requests get 400");
+  cmd->add_option("--vision-budget", o->vision_budget,
+                  "Image soft tokens encoded per engine step (at least one image per step)")
+      ->capture_default_str();
+  cmd->add_flag("--allow-image-urls", o->allow_image_urls,
+                "Fetch http(s) image URLs in requests (default: data: URLs only)");
+  cmd->add_option("--image-url-max-size", o->image_url_max, "Largest image a URL may return")
+      ->capture_default_str();
+  cmd->add_option("--image-url-timeout", o->image_url_timeout_s,
+                  "Seconds one image URL fetch may take")
+      ->capture_default_str();
   return [o] { return run_serve(*o); };
 }
 

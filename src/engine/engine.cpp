@@ -44,6 +44,7 @@ const char* finish_reason_name(FinishReason r) {
 const char* request_phase_name(RequestPhase p) {
   switch (p) {
     case RequestPhase::Queued: return "queued";
+    case RequestPhase::Encoding: return "encoding";
     case RequestPhase::Prefill: return "prefill";
     case RequestPhase::Decode: return "decode";
     case RequestPhase::Done: return "done";
@@ -95,10 +96,20 @@ struct Sequence {
   std::unique_ptr<StopMatcher> stop;
   std::vector<float> logits;  // [V], valid after a step that fed its last token
 
+  // Vision lane only: the images, how many are encoded, their soft tokens
+  // (in order) and, once all are encoded, where they go in the prompt.
+  std::vector<PreparedImage> images;
+  size_t images_encoded = 0;
+  std::vector<float> features;
+  ImagePlacement placement;
+
   Sequence(const GenerationParams& p) : params(p), sampler(p.sampling) {}
+  bool vision_lane() const { return !images.empty(); }
+  bool encoding() const { return images_encoded < images.size(); }
   int32_t generated() const { return int32_t(tokens.size()) - prompt_len; }
   int64_t pending() const { return int64_t(tokens.size()) - kv.length; }
   RequestPhase phase() const {
+    if (encoding()) return images_encoded > 0 ? RequestPhase::Encoding : RequestPhase::Queued;
     if (kv.length == 0 && generated() == 0) return RequestPhase::Queued;
     return kv.length < prompt_len ? RequestPhase::Prefill : RequestPhase::Decode;
   }
@@ -108,6 +119,7 @@ struct Engine::Impl {
   const Model& model;
   EngineConfig config;
   const TextStreamer* streamer;
+  const VisionTower* vision;
   FaultPlan faults;
   ThreadPool pool;
   std::unique_ptr<KvPool> kv_pool;
@@ -138,12 +150,18 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Sequence>> active;
   uint64_t steps = 0;
   std::deque<std::pair<double, int64_t>> gen_window, prompt_window;
+  uint64_t images_started = 0;  // images given to the encoder (fault injection)
 
   std::thread engine_thread, watchdog_thread;
   std::atomic<bool> threads_stop{false};
 
-  Impl(const Model& m, const EngineConfig& c, const TextStreamer* s)
-      : model(m), config(c), streamer(s), faults(FaultPlan::from_env()), pool(c.threads) {
+  Impl(const Model& m, const EngineConfig& c, const TextStreamer* s, const VisionTower* v)
+      : model(m),
+        config(c),
+        streamer(s),
+        vision(v),
+        faults(FaultPlan::from_env()),
+        pool(c.threads) {
     const ModelSpec& spec = m.spec;
     config.max_concurrent = std::max(1, config.max_concurrent);
     config.step_token_budget = std::max<int64_t>(config.step_token_budget, config.max_concurrent);
@@ -178,7 +196,12 @@ struct Engine::Impl {
     }
     max_context = ctx;
     kv_pool = std::make_unique<KvPool>(spec, full_blocks, sliding_blocks);
-    decoder = std::make_unique<Decoder>(m, pool, *kv_pool, config.step_token_budget);
+    // A bidirectional image run must sit in one step, so a step may exceed
+    // the budget by one image.
+    const int64_t image_run =
+        vision && vision->bidirectional() ? vision->max_tokens_per_image() : 0;
+    decoder = std::make_unique<Decoder>(m, pool, *kv_pool, config.step_token_budget + image_run);
+    config.vision_budget = std::max<int64_t>(1, config.vision_budget);
     snapshot.kv_blocks_total =
         kv_pool->total(AttentionKind::Full) + kv_pool->total(AttentionKind::Sliding);
     engine_thread = std::thread([this] { loop(); });
@@ -259,8 +282,14 @@ struct Engine::Impl {
                       [&] { return !incoming.empty() || threads_stop.load(); });
         continue;
       }
+      const bool encoded = run_vision_lane();
+      if (encoded) {
+        reap();
+        publish();
+      }
       auto batch = schedule();
       if (batch.empty()) {
+        if (encoded) continue;  // more images to encode, or their requests' prefill next
         if (!preempt_newest()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         continue;
       }
@@ -291,9 +320,11 @@ struct Engine::Impl {
     for (int pass = 0; pass < 2; ++pass)
       for (auto& seq : active) {
         const int64_t pending = seq->pending();
-        if (seq->handle->finished() || pending <= 0 || (pass == 0) != (pending == 1)) continue;
-        const int64_t n = std::min(pending, budget);
-        if (n <= 0) continue;
+        if (seq->handle->finished() || seq->encoding() || pending <= 0 ||
+            (pass == 0) != (pending == 1))
+          continue;
+        const int64_t n = chunk_size(*seq, std::min(pending, budget));
+        if (n <= 0 || (n > budget && !batch.empty())) continue;
         if (faults.kv_exhaust && seq->index == faults.kv_exhaust && seq->kv.length == 0) {
           faults.kv_exhaust = 0;  // fails once: the request must wait, then proceed
           continue;
@@ -303,6 +334,17 @@ struct Engine::Impl {
         batch.emplace_back(seq.get(), n);
       }
     return batch;
+  }
+
+  // A prefill chunk of `n` tokens, shortened (or, at a run's start,
+  // lengthened) so that it does not cut a bidirectional image run: every
+  // token of such a run must see the whole run in its step.
+  int64_t chunk_size(const Sequence& seq, int64_t n) const {
+    if (!seq.vision_lane() || !vision->bidirectional()) return n;
+    const int64_t start = seq.kv.length, end = start + n;
+    for (auto [b, e] : seq.placement.runs)
+      if (b < end && end < e) return b > start ? b - start : e - start;
+    return n;
   }
 
   // Nothing could be scheduled: free the KV of the newest sequence holding
@@ -324,20 +366,24 @@ struct Engine::Impl {
     for (auto [seq, n] : plan) {
       const bool last = seq->kv.length + n == int64_t(seq->tokens.size());
       seq->logits.resize(size_t(spec.vocab));
-      steps_in.push_back({seq->tokens.data() + seq->kv.length, n, &seq->kv,
-                          last ? seq->logits.data() : nullptr, false});
+      SeqStep step{seq->tokens.data() + seq->kv.length, n, &seq->kv,
+                   last ? seq->logits.data() : nullptr, false};
+      if (seq->vision_lane() && seq->kv.length < seq->prompt_len) {
+        // Tokens past the prompt (recomputed after preemption) are text.
+        ImagePlacement& p = seq->placement;
+        while (int64_t(p.embeds.size()) < int64_t(seq->tokens.size())) {
+          p.key_end.push_back(int64_t(p.embeds.size()) + 1);
+          p.embeds.push_back(nullptr);
+        }
+        step.embeds = p.embeds.data() + seq->kv.length;
+        step.key_end = p.key_end.data() + seq->kv.length;
+      }
+      steps_in.push_back(step);
       if (seq->kv.length < seq->prompt_len)
         prompt_tokens += std::min<int64_t>(n, seq->prompt_len - seq->kv.length);
       batch.push_back(seq);
     }
-    {
-      std::lock_guard<std::mutex> lock(step_mu);
-      in_step = true;
-      step_abandoned = false;
-      step_start = now_s();
-      step_handles.clear();
-      for (Sequence* seq : batch) step_handles.push_back(seq->handle);
-    }
+    begin_watch(batch);
     const uint64_t step_no = ++steps;
     std::string error;
     try {
@@ -349,14 +395,7 @@ struct Engine::Impl {
     } catch (const std::exception& e) {
       error = e.what();
     }
-    bool abandoned;
-    {
-      std::lock_guard<std::mutex> lock(step_mu);
-      in_step = false;
-      abandoned = step_abandoned;
-      step_handles.clear();
-    }
-    if (abandoned) {  // the watchdog already failed these requests
+    if (end_watch()) {  // the watchdog already failed these requests
       for (Sequence* seq : batch)
         finish(*seq, FinishReason::Error, "the engine stalled (watchdog)");
       return;
@@ -384,6 +423,100 @@ struct Engine::Impl {
     const double now = now_s();
     gen_window.emplace_back(now, generated);
     prompt_window.emplace_back(now, prompt_tokens);
+  }
+
+  // The watchdog's view of the work in flight (a decoder step or an encoder
+  // batch): begin_watch() before, end_watch() after, which returns true when
+  // the watchdog abandoned it meanwhile.
+  void begin_watch(const std::vector<Sequence*>& batch) {
+    std::lock_guard<std::mutex> lock(step_mu);
+    in_step = true;
+    step_abandoned = false;
+    step_start = now_s();
+    step_handles.clear();
+    for (Sequence* seq : batch) step_handles.push_back(seq->handle);
+  }
+  bool end_watch() {
+    std::lock_guard<std::mutex> lock(step_mu);
+    in_step = false;
+    step_handles.clear();
+    return step_abandoned;
+  }
+
+  // ---- the vision lane ----
+
+  // Encodes waiting images, oldest request first, up to vision_budget soft
+  // tokens (at least one image). An encoder exception fails that image's
+  // request only. Returns whether any image was taken.
+  bool run_vision_lane() {
+    std::vector<std::pair<Sequence*, size_t>> work;  // (request, image index)
+    std::vector<Sequence*> owners;
+    int64_t budget = config.vision_budget;
+    for (auto& seq : active) {
+      if (seq->handle->finished() || !seq->encoding()) continue;
+      bool took = false;
+      for (size_t k = seq->images_encoded; k < seq->images.size(); ++k) {
+        const int64_t t = seq->images[k].tokens;
+        if (!work.empty() && t > budget) break;
+        work.emplace_back(seq.get(), k);
+        budget -= t;
+        took = true;
+      }
+      if (took) owners.push_back(seq.get());
+      if (budget <= 0) break;
+    }
+    if (work.empty()) return false;
+    const int64_t D = vision->text_hidden();
+    std::vector<Sequence*> failed;
+    std::string detail;
+    uint64_t encoded = 0;
+    begin_watch(owners);
+    for (auto [seq, k] : work) {
+      if (std::find(failed.begin(), failed.end(), seq) != failed.end()) continue;
+      try {
+        if (faults.vision_throw && ++images_started == faults.vision_throw)
+          throw std::runtime_error("injected fault: vision-throw");
+        if (seq->features.empty()) {
+          int64_t total = 0;
+          for (const PreparedImage& img : seq->images) total += img.tokens;
+          seq->features.resize(size_t(total * D));
+        }
+        int64_t offset = 0;
+        for (size_t j = 0; j < k; ++j) offset += seq->images[j].tokens;
+        vision->encode(pool, seq->images[k], seq->features.data() + offset * D);
+        seq->images_encoded = k + 1;
+        ++encoded;
+      } catch (const std::exception& e) {
+        failed.push_back(seq);
+        std::fprintf(stderr, "error: the vision encoder failed on image %zu of %s: %s\n", k + 1,
+                     seq->handle->id().c_str(), e.what());
+      }
+    }
+    const bool abandoned = end_watch();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      snapshot.vision_encoder_calls++;
+      snapshot.images_processed += encoded;
+    }
+    for (Sequence* seq : owners) {
+      if (abandoned) {
+        finish(*seq, FinishReason::Error, "the engine stalled (watchdog)");
+      } else if (std::find(failed.begin(), failed.end(), seq) != failed.end()) {
+        finish(*seq, FinishReason::Error, "internal error in the vision encoder");
+      } else if (!seq->encoding()) {
+        try {
+          std::vector<int64_t> tokens;
+          for (const PreparedImage& img : seq->images) tokens.push_back(img.tokens);
+          seq->placement = place_images(*vision, seq->tokens, tokens, seq->features.data());
+          seq->placement.embeds.resize(size_t(seq->prompt_len));
+          seq->placement.key_end.resize(size_t(seq->prompt_len));
+          for (auto& img : seq->images) img.pixels = {};  // encoded: the pixels are done with
+        } catch (const std::exception& e) {
+          finish(*seq, FinishReason::Error, std::string("cannot place the images: ") + e.what());
+        }
+      }
+    }
+    return true;
   }
 
   void stall() {
@@ -495,10 +628,13 @@ struct Engine::Impl {
     };
     std::vector<EngineStatus::Request> reqs;
     int running = 0, waiting = 0;
+    int images_waiting = 0;
     for (auto& seq : active) {
       RequestPhase p = seq->phase();
       (p == RequestPhase::Queued ? waiting : running)++;
-      reqs.push_back({seq->handle->id(), p, seq->prompt_len, seq->generated(), now - seq->start});
+      images_waiting += int(seq->images.size() - seq->images_encoded);
+      reqs.push_back({seq->handle->id(), seq->vision_lane() ? "vision" : "text", p, seq->prompt_len,
+                      seq->generated(), now - seq->start});
     }
     const int64_t used = blocks_used();
     std::lock_guard<std::mutex> lock(mu);
@@ -508,6 +644,7 @@ struct Engine::Impl {
     snapshot.generation_tps = rate(gen_window);
     snapshot.prompt_tps = rate(prompt_window);
     snapshot.kv_blocks_used = used;
+    snapshot.images_waiting = images_waiting;
     snapshot.requests = std::move(reqs);
     active_count = int(incoming.size()) +
                    int(std::count_if(active.begin(), active.end(),
@@ -515,8 +652,9 @@ struct Engine::Impl {
   }
 };
 
-Engine::Engine(const Model& model, const EngineConfig& config, const TextStreamer* streamer)
-    : impl_(std::make_unique<Impl>(model, config, streamer)) {}
+Engine::Engine(const Model& model, const EngineConfig& config, const TextStreamer* streamer,
+               const VisionTower* vision)
+    : impl_(std::make_unique<Impl>(model, config, streamer, vision)) {}
 
 Engine::~Engine() {
   shutdown(0.0);
@@ -531,9 +669,13 @@ int64_t Engine::max_context() const {
 bool Engine::has_streamer() const {
   return impl_->streamer != nullptr;
 }
+const VisionTower* Engine::vision() const {
+  return impl_->vision;
+}
 
 std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
-                                              const GenerationParams& params) {
+                                              const GenerationParams& params,
+                                              std::vector<PreparedImage> images) {
   Impl& m = *impl_;
   const ModelSpec& spec = m.model.spec;
   if (prompt.empty()) throw AdmissionError(400, "prompt", "the prompt is empty");
@@ -552,12 +694,25 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
                          "stop strings need a tokenizer, and this model was loaded without one");
   if (params.max_tokens < 1)
     throw AdmissionError(400, "max_tokens", "max_tokens must be at least 1");
+  if (!images.empty()) {
+    if (!m.vision)
+      throw AdmissionError(400, "messages", "this server was started without a vision tower");
+    int64_t want = 0, slots = 0;
+    for (const PreparedImage& img : images) want += img.tokens;
+    for (int32_t id : prompt) slots += id == m.vision->ids().placeholder;
+    if (slots != want)
+      throw AdmissionError(400, "messages",
+                           strprintf("the prompt has %lld image placeholders but its %zu images "
+                                     "need %lld",
+                                     (long long)slots, images.size(), (long long)want));
+  }
   auto seq = std::make_unique<Sequence>(params);
   const double now = now_s();
   seq->start = now;
   seq->deadline = now + (params.timeout_s > 0 ? params.timeout_s : m.config.default_timeout_s);
   seq->prompt_len = int32_t(prompt.size());
   seq->tokens = std::move(prompt);
+  seq->images = std::move(images);
   if (m.streamer) seq->text = m.streamer->start();
   if (!params.stop.empty()) seq->stop = std::make_unique<StopMatcher>(params.stop);
   std::shared_ptr<RequestHandle> handle;
@@ -578,6 +733,7 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
     handle =
         std::make_shared<RequestHandle>(strprintf("req-%llu", (unsigned long long)++m.next_id));
     seq->handle = handle;
+    (seq->vision_lane() ? m.snapshot.vision_lane_requests : m.snapshot.text_lane_requests)++;
     m.incoming.push_back(std::move(seq));
     m.active_count++;
   }

@@ -29,6 +29,7 @@
 #include "engine/sampler.h"
 #include "engine/text_streamer.h"
 #include "model/model.h"
+#include "model/vision_tower.h"
 
 namespace tandem {
 
@@ -63,7 +64,9 @@ struct GenerationEvent {
   int32_t completion_tokens = 0;  // filled on the final event
 };
 
-enum class RequestPhase { Queued, Prefill, Decode, Done };
+// Encoding: a vision-lane request whose images are waiting for (or in) the
+// vision encoder.
+enum class RequestPhase { Queued, Encoding, Prefill, Decode, Done };
 const char* request_phase_name(RequestPhase p);
 
 // The client side of one request. Thread-safe.
@@ -115,6 +118,10 @@ struct EngineConfig {
   int64_t step_token_budget = 256;  // tokens per step (decode tokens + prefill chunks)
   double default_timeout_s = 600;   // per-request deadline unless the request sets one
   double step_timeout_s = 60;       // watchdog: a step longer than this fails its requests
+  // Vision lane: soft tokens of images encoded per engine step (at least one
+  // image per step whatever its size), so image requests interleave with the
+  // decode steps of running requests instead of stalling them.
+  int64_t vision_budget = 1024;
 };
 
 struct EngineStatus {
@@ -134,8 +141,15 @@ struct EngineStatus {
   double prompt_tps = 0;
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
+  // The lanes: requests accepted on each, and the vision encoder's work.
+  uint64_t text_lane_requests = 0;
+  uint64_t vision_lane_requests = 0;
+  uint64_t vision_encoder_calls = 0;  // encoder batches (one per step that encodes images)
+  uint64_t images_processed = 0;      // images encoded successfully
+  int images_waiting = 0;             // images not yet encoded
   struct Request {
     std::string id;
+    const char* lane;  // "text" or "vision"
     RequestPhase phase;
     int32_t prompt_tokens;
     int32_t completion_tokens;
@@ -148,7 +162,10 @@ class Engine {
  public:
   // Starts the engine and watchdog threads. `streamer` (optional) turns ids
   // into text; without it events carry ids only and stop strings are refused.
-  Engine(const Model& model, const EngineConfig& config, const TextStreamer* streamer = nullptr);
+  // `vision` (optional) is the model's vision tower: without it requests with
+  // images are refused.
+  Engine(const Model& model, const EngineConfig& config, const TextStreamer* streamer = nullptr,
+         const VisionTower* vision = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -157,8 +174,16 @@ class Engine {
   // too-long prompt (400), ids outside the vocabulary (400), stop strings
   // without a streamer (400), a full server or one shutting down or stalled
   // (503).
-  std::shared_ptr<RequestHandle> submit(std::vector<int32_t> prompt,
-                                        const GenerationParams& params);
+  //
+  // Lanes: a request without images goes to the text lane and runs the
+  // backbone alone. With `images` (prepared by the engine's tower, in prompt
+  // order, their placeholders already expanded in `prompt`) it goes to the
+  // vision lane: its images are encoded (vision_budget per step, batched
+  // with other requests' images), then it prefills and decodes with the
+  // rest. Images without a tower, or placeholder counts that differ from the
+  // images' soft tokens, are refused (400).
+  std::shared_ptr<RequestHandle> submit(std::vector<int32_t> prompt, const GenerationParams& params,
+                                        std::vector<PreparedImage> images = {});
 
   // Stops accepting, lets running requests finish for up to `grace_s`, fails
   // the rest, and stops the threads. Idempotent.
@@ -168,6 +193,7 @@ class Engine {
   const ModelSpec& spec() const;
   int64_t max_context() const;
   bool has_streamer() const;
+  const VisionTower* vision() const;
 
  private:
   struct Impl;

@@ -28,9 +28,13 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
       plan.nan_logits = n;
     else if (kind == "kv-exhaust")
       plan.kv_exhaust = n;
+    else if (kind == "vision-throw")
+      plan.vision_throw = n;
     else
-      fail("TANDEM_FAULT: unknown kind \"%s\" (step-throw, step-stall, nan-logits, kv-exhaust)",
-           kind.c_str());
+      fail(
+          "TANDEM_FAULT: unknown kind \"%s\" (step-throw, step-stall, nan-logits, kv-exhaust, "
+          "vision-throw)",
+          kind.c_str());
   }
   return plan;
 }

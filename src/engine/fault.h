@@ -6,6 +6,8 @@
 //   step-stall@N   the N-th step blocks until the watchdog has fired (or shutdown)
 //   nan-logits@N   the N-th step yields NaN logits
 //   kv-exhaust@N   the N-th request's first KV allocation fails (it must wait)
+//   vision-throw@N the N-th image given to the vision encoder throws (only its
+//                  request fails)
 #pragma once
 
 #include <cstdint>
@@ -18,8 +20,9 @@ struct FaultPlan {
   uint64_t step_stall = 0;
   uint64_t nan_logits = 0;
   uint64_t kv_exhaust = 0;
+  uint64_t vision_throw = 0;
 
-  bool any() const { return step_throw || step_stall || nan_logits || kv_exhaust; }
+  bool any() const { return step_throw || step_stall || nan_logits || kv_exhaust || vision_throw; }
   // Parses the TANDEM_FAULT syntax; throws Error naming a bad item.
   static FaultPlan parse(const std::string& spec);
   static FaultPlan from_env();

@@ -18,6 +18,7 @@
 #include <random>
 
 #include "core/clock.h"
+#include "server/chat_images.h"
 #include "server/connection_probe.h"
 #include "server/openai_response.h"
 #include "server/server_state.h"
@@ -51,32 +52,45 @@ std::string random_id(const char* prefix) {
   return id;
 }
 
+struct Prompt {
+  std::vector<int32_t> ids;
+  std::vector<PreparedImage> images;  // vision lane: in prompt order
+};
+
 // The prompt's token ids, from the model's PromptBuilder (server/model_text.h)
-// or, without a tokenizer, from a prompt given as ids.
-std::vector<int32_t> build_prompt(ServerState& s, const OpenAIRequest& r) {
+// or, without a tokenizer, from a prompt given as ids. A chat request with
+// images also gets them decoded and preprocessed here (its own 400s).
+Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine) {
   PromptBuilder* builder = s.builder.load();
   if (r.endpoint == Endpoint::Chat) {
-    // VISION: no vision lane yet; images are refused before any work.
-    if (r.has_images)
-      throw unsupported("messages",
-                        "this server has no vision lane yet: image_url content parts are not "
-                        "supported");
     // Chat needs the model folder's tokenizer (cmd_serve passes it when the
     // folder has one).
     if (!builder)
       throw ApiError(400, "no_chat_template", "messages",
                      "this model folder has no tokenizer, so chat is unavailable; use "
                      "/v1/completions with a prompt of token ids");
-    return builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs);
+    if (!r.has_images) return {builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs)};
+    const VisionTower* tower = engine.vision();
+    if (!tower)
+      throw ApiError(400, "images_unavailable", "messages",
+                     "this server does not accept images: " +
+                         (s.vision.unavailable.empty() ? std::string("no vision tower is loaded")
+                                                       : s.vision.unavailable));
+    ImageUrlPolicy policy{s.options.allow_image_urls, s.options.image_url_limits};
+    ChatImageInputs in = load_chat_images(r.messages, *tower, *builder, policy);
+    Prompt p;
+    p.ids = builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs, &in.text);
+    p.images = std::move(in.images);
+    return p;
   }
   if (r.prompt_text) {
     if (!builder)
       throw ApiError(400, "no_tokenizer", "prompt",
                      "this model folder has no tokenizer, so 'prompt' must be an array of token "
                      "ids, e.g. [1, 2, 3]");
-    return builder->text_prompt(*r.prompt_text);
+    return {builder->text_prompt(*r.prompt_text)};
   }
-  return r.prompt_ids;
+  return {r.prompt_ids};
 }
 
 // The engine's refusal as an API error; `prompt_param` names the prompt
@@ -282,10 +296,10 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   if (!engine) throw unavailable("model_loading", "the model is still loading; retry shortly");
 
   const std::string prompt_param = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  std::vector<int32_t> prompt = build_prompt(s, r);
-  if (int64_t(prompt.size()) >= engine->max_context())
+  Prompt prompt = build_prompt(s, r, *engine);
+  if (int64_t(prompt.ids.size()) >= engine->max_context())
     throw ApiError(400, "context_length_exceeded", prompt_param,
-                   "the prompt is " + std::to_string(prompt.size()) +
+                   "the prompt is " + std::to_string(prompt.ids.size()) +
                        " tokens but the context holds " + std::to_string(engine->max_context()) +
                        " (prompt and generated tokens together); shorten the prompt");
 
@@ -294,7 +308,7 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_port);
   std::shared_ptr<RequestHandle> handle;
   try {
-    handle = engine->submit(std::move(prompt), r.params);
+    handle = engine->submit(std::move(prompt.ids), r.params, std::move(prompt.images));
   } catch (const AdmissionError& e) {
     throw admission_error(e, prompt_param);
   }

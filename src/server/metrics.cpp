@@ -135,6 +135,17 @@ std::string Metrics::render(const EngineStatus* e, const std::string& state,
           e->prompt_tps);
     gauge(out, "tandem_kv_blocks_used", "KV cache blocks in use.", double(e->kv_blocks_used));
     gauge(out, "tandem_kv_blocks_total", "KV cache blocks in all.", double(e->kv_blocks_total));
+    counter(out, "tandem_text_lane_requests_total",
+            "Requests accepted on the text lane (no image).", double(e->text_lane_requests));
+    counter(out, "tandem_vision_lane_requests_total",
+            "Requests accepted on the vision lane (with images).", double(e->vision_lane_requests));
+    counter(out, "tandem_vision_encoder_calls_total",
+            "Vision encoder batches run (one per engine step that encodes images).",
+            double(e->vision_encoder_calls));
+    counter(out, "tandem_images_processed_total", "Images encoded by the vision tower.",
+            double(e->images_processed));
+    gauge(out, "tandem_images_waiting", "Images accepted but not yet encoded.",
+          double(e->images_waiting));
   }
   std::lock_guard<std::mutex> lock(mu_);
   header(out, "tandem_http_responses_total", "counter", "HTTP responses by route and status.");

@@ -24,6 +24,43 @@ nlohmann::ordered_json ordered(const nlohmann::json& j) {
   return j.is_null() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(j.dump());
 }
 
+// OpenAI image_url parts become the {"type": "image"} parts chat templates
+// test for (the image itself travels separately).
+nlohmann::ordered_json with_image_parts(nlohmann::ordered_json messages) {
+  for (auto& m : messages) {
+    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    for (auto& part : m["content"])
+      if (part.is_object() && part.value("type", "") == "image_url")
+        part = nlohmann::ordered_json{{"type", "image"}};
+  }
+  return messages;
+}
+
+// Replaces the k-th occurrence of images.marker with images.expansions[k].
+std::string expand_images(const std::string& prompt, const ChatImages& images) {
+  std::string out;
+  size_t from = 0, k = 0;
+  while (true) {
+    const size_t at = images.marker.empty() ? std::string::npos : prompt.find(images.marker, from);
+    if (at == std::string::npos) break;
+    if (k == images.expansions.size()) {
+      ++k;
+      break;
+    }
+    out.append(prompt, from, at - from);
+    out += images.expansions[k++];
+    from = at + images.marker.size();
+  }
+  if (k != images.expansions.size())
+    throw ApiError(400, "invalid_value", "messages",
+                   "the chat template wrote " + std::to_string(k) +
+                       (k > images.expansions.size() ? " or more" : "") + " image markers (" +
+                       images.marker + ") for " + std::to_string(images.expansions.size()) +
+                       " images; put images only in user messages, and no marker text in them");
+  out.append(prompt, from, std::string::npos);
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<ModelText> ModelText::load(const std::string& dir) {
@@ -41,7 +78,8 @@ std::unique_ptr<ModelText> ModelText::load(const std::string& dir) {
 
 std::vector<int32_t> ModelText::chat_prompt(const nlohmann::json& messages,
                                             const nlohmann::json& tools,
-                                            const nlohmann::json& template_kwargs) {
+                                            const nlohmann::json& template_kwargs,
+                                            const ChatImages* images) {
   if (!chat_)
     throw ApiError(
         400, "no_chat_template", "messages",
@@ -49,13 +87,14 @@ std::vector<int32_t> ModelText::chat_prompt(const nlohmann::json& messages,
         "chat_template.jinja); use /v1/completions with a text prompt");
   std::string prompt;
   try {
-    prompt = chat_->render(ordered(messages), ordered(tools), /*add_generation_prompt=*/true,
-                           ordered(template_kwargs));
+    prompt = chat_->render(with_image_parts(ordered(messages)), ordered(tools),
+                           /*add_generation_prompt=*/true, ordered(template_kwargs));
   } catch (const Error& e) {
     // raise_exception() and template errors say what the template rejects.
     throw ApiError(400, "invalid_value", "messages",
                    std::string("the chat template rejected the request: ") + e.what());
   }
+  if (images) prompt = expand_images(prompt, *images);
   return tokenizer_.encode(prompt, /*add_special=*/false);
 }
 

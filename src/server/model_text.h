@@ -25,7 +25,8 @@ class ModelText : public TextStreamer, public PromptBuilder {
   static std::unique_ptr<ModelText> load(const std::string& dir);
 
   std::vector<int32_t> chat_prompt(const nlohmann::json& messages, const nlohmann::json& tools,
-                                   const nlohmann::json& template_kwargs) override;
+                                   const nlohmann::json& template_kwargs,
+                                   const ChatImages* images = nullptr) override;
   std::vector<int32_t> text_prompt(const std::string& text) override;
   std::string token_text(int32_t id) override;
   // Streams decode with special tokens skipped (they are not answer text).

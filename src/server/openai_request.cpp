@@ -181,6 +181,10 @@ void validate_part(const json& part, const std::string& where, const std::string
       throw invalid_type(where + ".image_url", "an object with a 'url'");
     }
     has_images = true;
+  } else if (*type == "input_audio" || *type == "audio_url" || *type == "audio") {
+    throw unsupported(where + ".type",
+                      "audio input is not supported: tandem takes text and images (send the "
+                      "audio's transcript as text)");
   } else if (*type == "refusal" && role == "assistant") {
     if (!f.string("refusal")) throw missing_param(where + ".refusal");
   } else {

@@ -11,6 +11,15 @@
 
 namespace tandem::server {
 
+// The images of a chat request, for the template's markers: the template
+// writes `marker` once per image part (image_url parts are rendered as the
+// templates' {"type": "image"}); the k-th occurrence is replaced by
+// `expansions[k]` before tokenizing, as the family's processor does.
+struct ChatImages {
+  std::string marker;
+  std::vector<std::string> expansions;
+};
+
 // Called concurrently from HTTP threads: implementations must be thread-safe.
 class PromptBuilder {
  public:
@@ -22,9 +31,13 @@ class PromptBuilder {
   // `template_kwargs` (object or null, the request's chat_template_kwargs),
   // adds the generation prompt, and tokenizes. Throws server::ApiError (400,
   // naming the param) for content the template rejects.
+  // `images` (null for a text-only request) expands the image markers; a
+  // template that writes a different number of markers than there are
+  // images is a 400.
   virtual std::vector<int32_t> chat_prompt(const nlohmann::json& messages,
                                            const nlohmann::json& tools,
-                                           const nlohmann::json& template_kwargs) = 0;
+                                           const nlohmann::json& template_kwargs,
+                                           const ChatImages* images = nullptr) = 0;
 
   // Tokenizes a plain completion prompt (special tokens as the model's
   // tokenizer adds them, e.g. BOS).

@@ -262,7 +262,7 @@ struct Server::Impl {
     for (const EngineStatus::Request& r : st.requests)
       requests.push_back({{"id", r.id},
                           {"phase", request_phase_name(r.phase)},
-                          {"lane", "text"},  // the only lane so far
+                          {"lane", r.lane},
                           {"prompt_tokens", r.prompt_tokens},
                           {"completion_tokens", r.completion_tokens},
                           {"elapsed_s", r.elapsed_s}});
@@ -281,6 +281,17 @@ struct Server::Impl {
               {"prompt_tps", st.prompt_tps},
               {"kv_blocks_used", st.kv_blocks_used},
               {"kv_blocks_total", st.kv_blocks_total},
+              {"text_lane_requests", st.text_lane_requests},
+              {"vision_lane_requests", st.vision_lane_requests},
+              {"vision_encoder_calls", st.vision_encoder_calls},
+              {"images_processed", st.images_processed},
+              {"images_waiting", st.images_waiting},
+              {"vision",
+               {{"in_checkpoint", s.vision.in_checkpoint},
+                {"loaded", s.vision.loaded},
+                {"unavailable",
+                 s.vision.unavailable.empty() ? json(nullptr) : json(s.vision.unavailable)},
+                {"weight_bytes", s.vision.weight_bytes}}},
               {"watchdog_fired", st.watchdog_fired},
               {"last_error", st.last_error.empty() ? json(nullptr) : json(st.last_error)},
               {"requests", std::move(requests)}};
@@ -424,7 +435,8 @@ void Server::start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }
 
-void Server::attach(Engine* engine, PromptBuilder* builder) {
+void Server::attach(Engine* engine, PromptBuilder* builder, VisionInfo vision) {
+  impl_->s.vision = std::move(vision);
   impl_->s.builder.store(builder);
   impl_->s.engine.store(engine);
 }

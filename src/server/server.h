@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "image/fetch.h"
 #include "server/prompt_builder.h"
 
 namespace tandem::server {
@@ -39,6 +40,17 @@ struct ServerOptions {
   double max_request_timeout_s = 0;         // clips a request's `timeout` (0: no clip)
   int max_concurrent = 32;                  // sizes the HTTP thread pool
   bool log_requests = false;                // one line per response on stderr
+  bool allow_image_urls = false;            // http(s) image URLs (else data: URLs only)
+  FetchLimits image_url_limits;             // size, time and redirects of one image fetch
+};
+
+// What the served model can do with images, for /v1/status and for the 400
+// an image request gets when images are unavailable.
+struct VisionInfo {
+  bool in_checkpoint = false;  // config.json has a vision_config
+  bool loaded = false;         // the tower is loaded and the engine has it
+  std::string unavailable;     // why images are refused, when !loaded
+  size_t weight_bytes = 0;     // the checkpoint's vision tensors (loaded, or left unread)
 };
 
 class Server {
@@ -58,7 +70,7 @@ class Server {
 
   // `engine` and `builder` must outlive drain()/stop(). `builder` may be null
   // (no tokenizer yet): string prompts and chat are then answered 400.
-  void attach(Engine* engine, PromptBuilder* builder);
+  void attach(Engine* engine, PromptBuilder* builder, VisionInfo vision = {});
 
   // Graceful shutdown, bounded: returns within about grace_s + 5 s unless the
   // engine itself is stuck inside a step (the caller guards that case, see

@@ -25,6 +25,7 @@ struct ServerState {
   int64_t created_unix = 0;              // reported as the model's `created`
   std::atomic<Engine*> engine{nullptr};  // null while loading
   std::atomic<PromptBuilder*> builder{nullptr};
+  VisionInfo vision;                   // set by attach() before `engine` is published
   std::atomic<bool> draining{false};   // new work gets 503 shutting_down
   std::atomic<bool> hard_stop{false};  // handlers cancel and return
   std::atomic<int> in_flight{0};       // generation responses not yet complete

@@ -1,0 +1,235 @@
+// The engine's two lanes on the tiny multimodal checkpoints: image requests
+// (vision lane) against transformers' logits, text requests on the same
+// checkpoint never touching the encoder, and an encoder failure confined to
+// its request.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "model/image_prompt.h"
+#include "model/vision_tower.h"
+#include "test_util.h"
+
+using namespace tandem;
+using nlohmann::json;
+
+namespace {
+
+struct Result {
+  std::vector<int32_t> ids;
+  std::vector<TokenLogprob> first_top;  // the first token's alternatives
+  FinishReason finish = FinishReason::None;
+  std::string error;
+};
+
+Result drain(RequestHandle& h, double limit_s = 30.0) {
+  Result r;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < limit_s) {
+    auto e = h.next(0.05);
+    if (!e) continue;
+    if (r.first_top.empty() && !e->top.empty()) r.first_top = e->top[0];
+    r.ids.insert(r.ids.end(), e->ids.begin(), e->ids.end());
+    if (e->finish != FinishReason::None) {
+      r.finish = e->finish;
+      r.error = e->error;
+      return r;
+    }
+  }
+  ADD_FAILURE() << "request " << h.id() << " not terminal after " << limit_s << " s";
+  return r;
+}
+
+GenerationParams params(int max_tokens, int top_logprobs = -1) {
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.top_logprobs = top_logprobs;
+  return p;
+}
+
+std::string vision_dir(const std::string& family) {
+  return test::vision_fixture_dir(family);
+}
+
+json reference(const std::string& family) {
+  std::ifstream f(vision_dir(family) + "/reference.json");
+  return json::parse(f);
+}
+
+// log_softmax of a reference logits row.
+std::vector<double> log_softmax(const json& row) {
+  std::vector<double> v = row.get<std::vector<double>>();
+  double mx = v[0], sum = 0;
+  for (double x : v) mx = std::max(mx, x);
+  for (double x : v) sum += std::exp(x - mx);
+  for (double& x : v) x = x - mx - std::log(sum);
+  return v;
+}
+
+// The engine's top-5 first-token logprobs equal transformers' last-position
+// log-softmax.
+void expect_top_matches(const Result& r, const json& logits_row, const std::string& what) {
+  const std::vector<double> want = log_softmax(logits_row);
+  ASSERT_EQ(r.first_top.size(), 5u) << what;
+  for (const TokenLogprob& t : r.first_top)
+    EXPECT_NEAR(t.logprob, want[size_t(t.id)], 2e-3) << what << " token " << t.id;
+  size_t best = 0;
+  for (size_t v = 1; v < want.size(); ++v)
+    if (want[v] > want[best]) best = v;
+  EXPECT_EQ(r.first_top[0].id, int32_t(best)) << what;
+}
+
+class EngineVision : public testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    unsetenv("TANDEM_FAULT");
+    family_ = GetParam();
+    model_ = load_model(test::vision_model_dir(family_));
+    tower_ = VisionTower::load(*model_);
+  }
+  std::unique_ptr<Engine> make(bool with_tower, const char* fault = nullptr) {
+    if (fault) setenv("TANDEM_FAULT", fault, 1);
+    EngineConfig c;
+    c.threads = 2;
+    auto e = std::make_unique<Engine>(*model_, c, nullptr, with_tower ? tower_.get() : nullptr);
+    unsetenv("TANDEM_FAULT");
+    return e;
+  }
+  std::vector<PreparedImage> images(const json& which) {
+    std::vector<PreparedImage> out;
+    for (const json& k : which)
+      out.push_back(tower_->prepare(read_image_file(vision_dir(family_) + "/input_" +
+                                                    std::to_string(k.get<int>()) + ".png")));
+    return out;
+  }
+  std::string family_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<VisionTower> tower_;
+};
+
+TEST_P(EngineVision, ImageRequestsMatchTransformers) {
+  auto engine = make(true);
+  const json ref = reference(family_);
+  for (const json& c : ref["cases"]) {
+    auto h =
+        engine->submit(c["ids"].get<std::vector<int32_t>>(), params(2, 5), images(c["images"]));
+    const Result r = drain(*h);
+    ASSERT_EQ(r.finish, FinishReason::Length) << c["name"] << ": " << r.error;
+    expect_top_matches(r, c["logits"].back(), family_ + " " + c["name"].get<std::string>());
+  }
+  const EngineStatus st = engine->status();
+  EXPECT_EQ(st.vision_lane_requests, 2u);
+  EXPECT_EQ(st.text_lane_requests, 1u);
+  EXPECT_EQ(st.images_processed, 3u);
+  EXPECT_GE(st.vision_encoder_calls, 1u);
+}
+
+TEST_P(EngineVision, TextRequestsRunTheBackboneAloneOnBothConfigurations) {
+  // The text case of the reference (transformers' multimodal model, no
+  // image) through an engine with the tower and one without: the same
+  // logprobs, and the encoder is never called.
+  const json ref = reference(family_);
+  const json& text = ref["cases"][0];
+  ASSERT_EQ(text["name"], "text");
+  std::vector<std::vector<TokenLogprob>> tops;
+  std::vector<std::vector<int32_t>> outs;
+  for (bool with_tower : {true, false}) {
+    auto engine = make(with_tower);
+    auto h = engine->submit(text["ids"].get<std::vector<int32_t>>(), params(8, 5));
+    const Result r = drain(*h);
+    ASSERT_EQ(r.finish, FinishReason::Length) << r.error;
+    expect_top_matches(r, text["logits"].back(), family_ + " text");
+    tops.push_back(r.first_top);
+    outs.push_back(r.ids);
+    const EngineStatus st = engine->status();
+    EXPECT_EQ(st.vision_encoder_calls, 0u);
+    EXPECT_EQ(st.images_processed, 0u);
+    EXPECT_EQ(st.text_lane_requests, 1u);
+    EXPECT_EQ(st.vision_lane_requests, 0u);
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+  for (size_t i = 0; i < tops[0].size(); ++i) {
+    EXPECT_EQ(tops[0][i].id, tops[1][i].id);
+    EXPECT_EQ(tops[0][i].logprob, tops[1][i].logprob);  // bit-identical: one code path
+  }
+}
+
+TEST_P(EngineVision, AnEncoderExceptionFailsOnlyItsRequest) {
+  // The first image given to the encoder throws: its request fails; another
+  // image request and a text request, in flight at the same time, finish.
+  auto engine = make(true, "vision-throw@1");
+  const json ref = reference(family_);
+  const json &text = ref["cases"][0], &one = ref["cases"][1];
+  auto a = engine->submit(one["ids"].get<std::vector<int32_t>>(), params(4), images(one["images"]));
+  auto b = engine->submit(one["ids"].get<std::vector<int32_t>>(), params(4), images(one["images"]));
+  auto c = engine->submit(text["ids"].get<std::vector<int32_t>>(), params(4));
+  const Result ra = drain(*a), rb = drain(*b), rc = drain(*c);
+  EXPECT_EQ(ra.finish, FinishReason::Error);
+  EXPECT_EQ(ra.error, "internal error in the vision encoder");
+  EXPECT_EQ(rb.finish, FinishReason::Length) << rb.error;
+  EXPECT_EQ(rc.finish, FinishReason::Length) << rc.error;
+  EXPECT_EQ(rb.ids.size(), 4u);
+  // The engine keeps serving image requests.
+  auto d = engine->submit(one["ids"].get<std::vector<int32_t>>(), params(2), images(one["images"]));
+  EXPECT_EQ(drain(*d).finish, FinishReason::Length);
+  const EngineStatus st = engine->status();
+  EXPECT_EQ(st.images_processed, 2u);
+  EXPECT_EQ(st.total_requests_failed, 1u);
+}
+
+TEST_P(EngineVision, ConcurrentImageRequestsEqualTheirSoloOutputs) {
+  const json ref = reference(family_);
+  const json& two = ref["cases"][2];
+  const auto ids = two["ids"].get<std::vector<int32_t>>();
+  std::vector<int32_t> solo;
+  {
+    auto engine = make(true);
+    auto h = engine->submit(ids, params(6), images(two["images"]));
+    solo = drain(*h).ids;
+  }
+  auto engine = make(true);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (int i = 0; i < 6; ++i) hs.push_back(engine->submit(ids, params(6), images(two["images"])));
+  for (auto& h : hs) {
+    const Result r = drain(*h);
+    ASSERT_EQ(r.finish, FinishReason::Length) << r.error;
+    EXPECT_EQ(r.ids, solo);
+  }
+  const EngineStatus st = engine->status();
+  EXPECT_EQ(st.images_processed, 12u);
+  EXPECT_LE(st.vision_encoder_calls, 12u);
+  std::printf("[vision lane] %s: 12 images in %llu encoder batches\n", family_.c_str(),
+              (unsigned long long)st.vision_encoder_calls);
+}
+
+TEST_P(EngineVision, ImagesAreRefusedWithoutATowerOrWithWrongPlaceholders) {
+  const json ref = reference(family_);
+  const json& one = ref["cases"][1];
+  auto no_tower = make(false);
+  try {
+    no_tower->submit(one["ids"].get<std::vector<int32_t>>(), params(2), images(one["images"]));
+    FAIL() << "images accepted without a tower";
+  } catch (const AdmissionError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("without a vision tower"), std::string::npos);
+  }
+  auto engine = make(true);
+  try {
+    engine->submit(ref["cases"][0]["ids"].get<std::vector<int32_t>>(), params(2),
+                   images(one["images"]));
+    FAIL() << "an image without placeholders accepted";
+  } catch (const AdmissionError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("image placeholders"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineVision, testing::Values("gemma3", "gemma4", "mistral3"));
+
+}  // namespace
