@@ -4,6 +4,7 @@
 // its request.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -231,5 +232,58 @@ TEST_P(EngineVision, ImagesAreRefusedWithoutATowerOrWithWrongPlaceholders) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineVision, testing::Values("gemma3", "gemma4", "mistral3"));
+
+}  // namespace
+
+namespace {
+
+TEST(ImageRuns, PrefillChunksNeverCutAnImageRun) {
+  // Runs [4, 10) and [12, 20).
+  const std::vector<std::pair<int64_t, int64_t>> runs = {{4, 10}, {12, 20}};
+  EXPECT_EQ(chunk_outside_runs(runs, 0, 4), 4);    // ends where a run begins
+  EXPECT_EQ(chunk_outside_runs(runs, 0, 6), 4);    // would cut [4, 10): stop before it
+  EXPECT_EQ(chunk_outside_runs(runs, 4, 2), 6);    // starts a run: the whole run
+  EXPECT_EQ(chunk_outside_runs(runs, 4, 6), 6);    // exactly the run
+  EXPECT_EQ(chunk_outside_runs(runs, 4, 10), 8);   // run, text, then stop before [12, 20)
+  EXPECT_EQ(chunk_outside_runs(runs, 10, 3), 2);   // text, then stop before [12, 20)
+  EXPECT_EQ(chunk_outside_runs(runs, 12, 3), 8);   // a run longer than the budget: whole
+  EXPECT_EQ(chunk_outside_runs(runs, 0, 25), 25);  // covers both runs
+}
+
+}  // namespace
+
+namespace {
+
+class VisionWeights : public testing::TestWithParam<const char*> {};
+
+TEST_P(VisionWeights, TextUseNeverViewsAVisionTensor) {
+  // What --text-only relies on: loading the model and serving text views
+  // no tensor of the tower or projector; loading the tower does.
+  auto model = load_model(test::vision_model_dir(GetParam()));
+  {
+    EngineConfig c;
+    c.threads = 1;
+    Engine engine(*model, c);
+    auto h = engine.submit({2, 17, 29}, params(2));
+    EXPECT_EQ(drain(*h).finish, FinishReason::Length);
+  }
+  size_t vision_viewed = 0;
+  for (const std::string& name : model->checkpoint.viewed())
+    vision_viewed += is_vision_tensor(name);
+  EXPECT_EQ(vision_viewed, 0u);
+  EXPECT_GT(VisionTower::checkpoint_bytes(*model), 0u);
+  auto tower = VisionTower::load(*model);
+  for (const std::string& name : model->checkpoint.viewed())
+    vision_viewed += is_vision_tensor(name);
+  EXPECT_GT(vision_viewed, 0u);
+  // Whatever is still unviewed belongs to the vision side (Gemma 3
+  // checkpoints carry SigLIP's pooling head, which Gemma 3 does not use).
+  const auto viewed = model->checkpoint.viewed();
+  for (const std::string& name : model->checkpoint.names())
+    if (!std::binary_search(viewed.begin(), viewed.end(), name))
+      EXPECT_TRUE(is_vision_tensor(name)) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, VisionWeights, testing::Values("gemma3", "gemma4", "mistral3"));
 
 }  // namespace

@@ -4,6 +4,7 @@
 // tools/fixtures/make_vision_fixtures.py), through `tandem logits --image`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +101,44 @@ TEST(VisionParity, PlaceholderCountsMustMatchTheImages) {
                  "/tests/fixtures/vision/gemma3/input_0.png");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("config.json has no vision_config"), std::string::npos) << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+// The greedy token after the fixture's one-image chat (prompts.json).
+int32_t reference_next_token(const std::string& family) {
+  std::ifstream f(vision_fixture_dir(family) + "/prompts.json");
+  const json c = json::parse(f)["cases"][1];
+  const std::vector<double> last = c["logits_last"].get<std::vector<double>>();
+  return int32_t(std::max_element(last.begin(), last.end()) - last.begin());
+}
+
+class RunChatImage : public testing::TestWithParam<const char*> {};
+
+TEST_P(RunChatImage, ContinuesAsTransformersAfterTheProcessorsPrompt) {
+  // `tandem run --chat --image` builds the prompt as the server does; its
+  // first greedy token is transformers' argmax after the processor's prompt.
+  const std::string family = GetParam();
+  auto r = run_tandem("run " + vision_model_dir(family) +
+                      " --chat --json -n 1 --ignore-eos --prompt 'What is in the picture?'" +
+                      " --image " + vision_fixture_dir(family) + "/input_0.png");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["ids"][0].get<int32_t>(), reference_next_token(family));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, RunChatImage, testing::Values("gemma3", "gemma4"));
+
+TEST(RunChatImage, APlainPromptNeedsOneMarkerPerImage) {
+  const std::string image = " --image " + vision_fixture_dir("gemma3") + "/input_0.png";
+  auto r = run_tandem("run " + vision_model_dir("gemma3") + " -n 1 --prompt 'No marker'" + image);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("holds 0 image markers (<start_of_image>) for 1 images"), std::string::npos)
+      << r.err;
+  r = run_tandem("run " + vision_model_dir("gemma3") +
+                 " -n 1 --json --prompt 'Look: <start_of_image>'" + image);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "engine/sampler.h"
 #include "model/decoder.h"
 #include "model/image_prompt.h"
+#include "server/model_text.h"
 #include "text/tokenizer.h"
 
 namespace tandem::cli {
@@ -26,6 +27,7 @@ struct RunOptions {
   int threads = 0;
   bool json = false;
   bool ignore_eos = false;
+  bool chat = false;
   std::vector<std::string> images;
 };
 
@@ -37,25 +39,56 @@ struct LogitsOptions {
   int threads = 0;
 };
 
+// The prompt ids of `run`: --ids as given (image placeholders already
+// expanded); --prompt as raw text whose image markers are expanded, or with
+// --chat as one user message (the images first, then the text) through the
+// model's chat template — the images expanded as the server's chat path
+// expands them.
+std::vector<int32_t> run_prompt(const RunOptions& o, server::ModelText* text,
+                                const VisionTower* tower,
+                                const std::vector<PreparedImage>& images) {
+  if (!o.ids.empty()) return parse_id_list(o.ids, "--ids");
+  server::ChatImages expansion;
+  if (tower) {
+    auto spell = [&](int32_t id) { return text->tokenizer().decode({id}); };
+    expansion.marker = spell(tower->ids().marker);
+    for (const PreparedImage& img : images)
+      expansion.expansions.push_back(tower->expansion_text(img, spell));
+  }
+  if (!o.chat) {
+    const std::string p = tower ? server::expand_image_markers(o.prompt, expansion) : o.prompt;
+    return text->tokenizer().encode(p, true);
+  }
+  if (!text->has_chat_template())
+    fail("--chat needs a chat template, and %s has none", o.model.c_str());
+  nlohmann::json content = nlohmann::json::array();
+  for (size_t k = 0; k < images.size(); ++k)
+    content.push_back({{"type", "image_url"}, {"image_url", {{"url", o.images[k]}}}});
+  content.push_back({{"type", "text"}, {"text", o.prompt}});
+  const nlohmann::json messages = {{{"role", "user"}, {"content", content}}};
+  return text->chat_prompt(messages, nullptr, nullptr, tower ? &expansion : nullptr);
+}
+
 int run_generate(const RunOptions& o) {
   if (o.n < 0) fail("-n must not be negative, got %d", o.n);
   if (o.prompt.empty() && o.ids.empty()) fail("give a prompt with --prompt TEXT or --ids 1,2,3");
+  if (o.chat && o.prompt.empty()) fail("--chat needs --prompt TEXT");
   // A text prompt (and text output) needs the folder's tokenizer.
-  std::optional<text::Tokenizer> tok;
-  if (!o.prompt.empty() ||
-      std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json") ||
-      std::filesystem::exists(std::filesystem::path(o.model) / "tekken.json")) {
-    if (!std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json") &&
-        !std::filesystem::exists(std::filesystem::path(o.model) / "tekken.json"))
-      fail(
-          "--prompt needs a tokenizer, and %s has no tokenizer.json or tekken.json; pass token ids "
-          "with --ids 1,2,3 instead",
-          o.model.c_str());
-    tok = text::Tokenizer::load(o.model);
-  }
-  std::vector<int32_t> prompt =
-      o.prompt.empty() ? parse_id_list(o.ids, "--ids") : tok->encode(o.prompt, true);
+  std::unique_ptr<server::ModelText> model_text = server::ModelText::load(o.model);
+  if (!o.prompt.empty() && !model_text)
+    fail(
+        "--prompt needs a tokenizer, and %s has no tokenizer.json or tekken.json; pass token ids "
+        "with --ids 1,2,3 instead",
+        o.model.c_str());
+  const text::Tokenizer* tok = model_text ? &model_text->tokenizer() : nullptr;
   auto model = load_model_verbose(o.model);
+  std::unique_ptr<VisionTower> tower;
+  std::vector<PreparedImage> prepared;
+  if (!o.images.empty()) {
+    tower = VisionTower::load(*model);
+    prepared = prepare_image_files(*tower, o.images);
+  }
+  const std::vector<int32_t> prompt = run_prompt(o, model_text.get(), tower.get(), prepared);
   ThreadPool pool(o.threads);
   KvPool kv_pool =
       single_sequence_pool(model->spec, int64_t(prompt.size()) + o.n, Decoder::kDefaultStepTokens);
@@ -68,7 +101,7 @@ int run_generate(const RunOptions& o) {
   if (o.images.empty()) {
     run_sequence(decoder, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false);
   } else {
-    const ImagePrompt images = build_image_prompt(*model, pool, prompt, o.images);
+    const ImagePrompt images = encode_image_prompt(*tower, pool, prompt, prepared);
     run_sequence(decoder, prompt.data(), int64_t(prompt.size()), kv, logits.data(), false,
                  images.placement.embeds.data(), images.placement.key_end.data());
   }
@@ -149,10 +182,14 @@ Runner add_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--json", o->json, "Print {\"ids\": [...], \"text\": \"...\"} as JSON");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
-  cmd->add_option(
-         "--image", o->images,
-         "Image file for the next image's placeholder ids in the prompt (repeatable; Gemma 3 "
-         "and Mistral 3 checkpoints so far; the prompt must already hold the placeholders)")
+  cmd->add_flag("--chat", o->chat,
+                "Send --prompt as one user message through the model's chat template (with the "
+                "--image files before the text), as the server does");
+  cmd->add_option("--image", o->images,
+                  "Image file (repeatable; Gemma 3, Gemma 4, Mistral 3). With --chat it goes "
+                  "before the text; with a plain --prompt it replaces the next image marker "
+                  "(e.g. <start_of_image>, [IMG]); with --ids the ids must hold its expanded "
+                  "placeholders")
       ->check(CLI::ExistingFile);
   return [o] { return run_generate(*o); };
 }
@@ -163,10 +200,9 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
   cmd->add_option("--ids", o->ids, "Comma-separated token ids")->required();
   cmd->add_flag("--all", o->all, "Every position's logits, not only the last");
-  cmd->add_option(
-         "--image", o->images,
-         "Image file for the next image's placeholder ids in --ids (repeatable; Gemma 3 and "
-         "Mistral 3 checkpoints so far)")
+  cmd->add_option("--image", o->images,
+                  "Image file for the next image's expanded placeholder ids in --ids (repeatable; "
+                  "Gemma 3, Gemma 4, Mistral 3)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   return [o] { return run_logits(*o); };

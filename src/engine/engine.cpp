@@ -323,8 +323,10 @@ struct Engine::Impl {
         if (seq->handle->finished() || seq->encoding() || pending <= 0 ||
             (pass == 0) != (pending == 1))
           continue;
+        // May exceed the budget by at most one image run (the decoder is
+        // sized for it).
         const int64_t n = chunk_size(*seq, std::min(pending, budget));
-        if (n <= 0 || (n > budget && !batch.empty())) continue;
+        if (n <= 0) continue;
         if (faults.kv_exhaust && seq->index == faults.kv_exhaust && seq->kv.length == 0) {
           faults.kv_exhaust = 0;  // fails once: the request must wait, then proceed
           continue;
@@ -340,11 +342,8 @@ struct Engine::Impl {
   // lengthened) so that it does not cut a bidirectional image run: every
   // token of such a run must see the whole run in its step.
   int64_t chunk_size(const Sequence& seq, int64_t n) const {
-    if (!seq.vision_lane() || !vision->bidirectional()) return n;
-    const int64_t start = seq.kv.length, end = start + n;
-    for (auto [b, e] : seq.placement.runs)
-      if (b < end && end < e) return b > start ? b - start : e - start;
-    return n;
+    if (n <= 0 || !seq.vision_lane() || !vision->bidirectional()) return n;
+    return chunk_outside_runs(seq.placement.runs, seq.kv.length, n);
   }
 
   // Nothing could be scheduled: free the KV of the newest sequence holding

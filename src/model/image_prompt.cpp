@@ -19,34 +19,47 @@ Image read_image_file(const std::string& path) {
   }
 }
 
-ImagePrompt build_image_prompt(const Model& model, ThreadPool& pool,
-                               const std::vector<int32_t>& ids,
-                               const std::vector<std::string>& image_paths) {
-  auto tower = VisionTower::load(model);
-  const int64_t D = model.spec.hidden;
+std::vector<PreparedImage> prepare_image_files(const VisionTower& tower,
+                                               const std::vector<std::string>& image_paths) {
   std::vector<PreparedImage> images;
-  std::vector<int64_t> tokens;
-  int64_t total = 0;
   for (const std::string& path : image_paths) {
     try {
-      images.push_back(tower->prepare(read_image_file(path)));
+      images.push_back(tower.prepare(read_image_file(path)));
     } catch (const Error& e) {
       const std::string msg = e.what();
       if (msg.find(path) != std::string::npos) throw;
       fail("%s: %s", path.c_str(), msg.c_str());
     }
-    tokens.push_back(images.back().tokens);
-    total += images.back().tokens;
+  }
+  return images;
+}
+
+ImagePrompt encode_image_prompt(const VisionTower& tower, ThreadPool& pool,
+                                const std::vector<int32_t>& ids,
+                                const std::vector<PreparedImage>& images) {
+  const int64_t D = tower.text_hidden();
+  std::vector<int64_t> tokens;
+  int64_t total = 0;
+  for (const PreparedImage& img : images) {
+    tokens.push_back(img.tokens);
+    total += img.tokens;
   }
   ImagePrompt out;
   out.features.resize(size_t(total * D));
   int64_t offset = 0;
   for (const PreparedImage& img : images) {
-    tower->encode(pool, img, out.features.data() + offset * D);
+    tower.encode(pool, img, out.features.data() + offset * D);
     offset += img.tokens;
   }
-  out.placement = place_images(*tower, ids, tokens, out.features.data());
+  out.placement = place_images(tower, ids, tokens, out.features.data());
   return out;
+}
+
+ImagePrompt build_image_prompt(const Model& model, ThreadPool& pool,
+                               const std::vector<int32_t>& ids,
+                               const std::vector<std::string>& image_paths) {
+  auto tower = VisionTower::load(model);
+  return encode_image_prompt(*tower, pool, ids, prepare_image_files(*tower, image_paths));
 }
 
 }  // namespace tandem

@@ -22,8 +22,19 @@ struct ImagePrompt {
 // Reads and decodes an image file; Error names the file.
 Image read_image_file(const std::string& path);
 
-// `ids` must hold each image's placeholders (expanded). Throws Error naming
-// the file, the model type, or the expected and found placeholder counts.
+// Reads and prepares image files with `tower`; Error names the file.
+std::vector<PreparedImage> prepare_image_files(const VisionTower& tower,
+                                               const std::vector<std::string>& image_paths);
+
+// Encodes prepared images and places them over `ids`, which must hold each
+// image's placeholders (expanded). Throws Error with the expected and found
+// placeholder counts.
+ImagePrompt encode_image_prompt(const VisionTower& tower, ThreadPool& pool,
+                                const std::vector<int32_t>& ids,
+                                const std::vector<PreparedImage>& images);
+
+// Both, with the model's tower. Throws Error naming the file, the model
+// type, or the placeholder counts.
 ImagePrompt build_image_prompt(const Model& model, ThreadPool& pool,
                                const std::vector<int32_t>& ids,
                                const std::vector<std::string>& image_paths);

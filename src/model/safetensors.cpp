@@ -442,7 +442,22 @@ std::vector<std::string> Checkpoint::names() const {
 TensorView Checkpoint::get(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) fail("missing tensor \"%s\" in %s", name.c_str(), dir_.c_str());
+  {
+    std::lock_guard<std::mutex> lock(viewed_->mu);
+    viewed_->names.insert(name);
+  }
   return it->second.first->view(*it->second.second);
+}
+
+size_t Checkpoint::tensor_bytes(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) fail("missing tensor \"%s\" in %s", name.c_str(), dir_.c_str());
+  return size_t(it->second.second->end - it->second.second->begin);
+}
+
+std::vector<std::string> Checkpoint::viewed() const {
+  std::lock_guard<std::mutex> lock(viewed_->mu);
+  return {viewed_->names.begin(), viewed_->names.end()};
 }
 
 TensorView Checkpoint::require(const std::string& name, const Shape& shape) const {

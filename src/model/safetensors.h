@@ -15,6 +15,8 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,8 +73,18 @@ class Checkpoint {
   TensorView require(const std::string& name, const Shape& shape) const;
   // The file that holds a tensor (for error messages).
   const std::string& file_of(const std::string& name) const;
+  // A tensor's size in bytes without viewing it.
+  size_t tensor_bytes(const std::string& name) const;
+  // Names passed to get()/require() so far, sorted: what the process has
+  // touched (tests check that --text-only never touches a vision tensor).
+  std::vector<std::string> viewed() const;
 
  private:
+  struct ViewLog {
+    std::mutex mu;
+    std::set<std::string> names;
+  };
+  std::shared_ptr<ViewLog> viewed_ = std::make_shared<ViewLog>();
   std::string dir_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::pair<const SafetensorsFile*, const TensorInfo*>> tensors_;

@@ -126,14 +126,14 @@ class PixtralTower : public VisionTower {
       std_{0.26862954f, 0.26130258f, 0.27577711f};
 };
 
+}  // namespace
+
 bool is_vision_tensor(const std::string& name) {
   for (const char* part : {"vision_tower.", "multi_modal_projector.", "embed_vision.",
                            "vision_model.", "vision_embed"})
     if (name.find(part) != std::string::npos) return true;
   return false;
 }
-
-}  // namespace
 
 std::unique_ptr<VisionTower> VisionTower::load(const Model& model) {
   const nlohmann::json config = read_config(model);
@@ -158,7 +158,7 @@ bool VisionTower::present(const Model& model) {
 size_t VisionTower::checkpoint_bytes(const Model& model) {
   size_t bytes = 0;
   for (const std::string& name : model.checkpoint.names())
-    if (is_vision_tensor(name)) bytes += model.checkpoint.get(name).nbytes();
+    if (is_vision_tensor(name)) bytes += model.checkpoint.tensor_bytes(name);
   return bytes;
 }
 
@@ -228,6 +228,14 @@ ImagePlacement place_images(const VisionTower& tower, const std::vector<int32_t>
     }
   }
   return out;
+}
+
+int64_t chunk_outside_runs(const std::vector<std::pair<int64_t, int64_t>>& runs, int64_t start,
+                           int64_t n) {
+  const int64_t end = start + n;
+  for (auto [b, e] : runs)
+    if (b < end && end < e) return b > start ? b - start : e - start;
+  return n;
 }
 
 }  // namespace tandem

@@ -98,6 +98,9 @@ class VisionTower {
   int64_t max_tokens_ = 0;
 };
 
+// Whether a checkpoint tensor belongs to the vision tower or its projector.
+bool is_vision_tensor(const std::string& name);
+
 // Gemma 4's tower, built by model/vision_gemma4.cpp.
 std::unique_ptr<VisionTower> load_gemma4_tower(const Model& model, const nlohmann::json& config);
 
@@ -115,5 +118,13 @@ struct ImagePlacement {
 };
 ImagePlacement place_images(const VisionTower& tower, const std::vector<int32_t>& ids,
                             const std::vector<int64_t>& tokens_per_image, const float* features);
+
+// The length of a prefill chunk of `n` tokens from position `start` that
+// does not cut any of `runs` ([begin, end), sorted): shortened to stop before
+// a run it would cut, or — when the chunk starts at or inside that run —
+// lengthened to the run's end (a run longer than a step budget still fits
+// one step, never split).
+int64_t chunk_outside_runs(const std::vector<std::pair<int64_t, int64_t>>& runs, int64_t start,
+                           int64_t n);
 
 }  // namespace tandem

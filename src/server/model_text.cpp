@@ -36,8 +36,9 @@ nlohmann::ordered_json with_image_parts(nlohmann::ordered_json messages) {
   return messages;
 }
 
-// Replaces the k-th occurrence of images.marker with images.expansions[k].
-std::string expand_images(const std::string& prompt, const ChatImages& images) {
+}  // namespace
+
+std::string expand_image_markers(const std::string& prompt, const ChatImages& images) {
   std::string out;
   size_t from = 0, k = 0;
   while (true) {
@@ -53,15 +54,14 @@ std::string expand_images(const std::string& prompt, const ChatImages& images) {
   }
   if (k != images.expansions.size())
     throw ApiError(400, "invalid_value", "messages",
-                   "the chat template wrote " + std::to_string(k) +
+                   "the prompt holds " + std::to_string(k) +
                        (k > images.expansions.size() ? " or more" : "") + " image markers (" +
                        images.marker + ") for " + std::to_string(images.expansions.size()) +
-                       " images; put images only in user messages, and no marker text in them");
+                       " images: each image needs exactly one marker where it goes (in chat, "
+                       "put images only in user messages and no marker text in messages)");
   out.append(prompt, from, std::string::npos);
   return out;
 }
-
-}  // namespace
 
 std::unique_ptr<ModelText> ModelText::load(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -94,7 +94,7 @@ std::vector<int32_t> ModelText::chat_prompt(const nlohmann::json& messages,
     throw ApiError(400, "invalid_value", "messages",
                    std::string("the chat template rejected the request: ") + e.what());
   }
-  if (images) prompt = expand_images(prompt, *images);
+  if (images) prompt = expand_image_markers(prompt, *images);
   return tokenizer_.encode(prompt, /*add_special=*/false);
 }
 

@@ -20,6 +20,10 @@ struct ChatImages {
   std::vector<std::string> expansions;
 };
 
+// `prompt` with the k-th images.marker replaced by images.expansions[k].
+// Throws ApiError 400 (param "messages") when the counts differ.
+std::string expand_image_markers(const std::string& prompt, const ChatImages& images);
+
 // Called concurrently from HTTP threads: implementations must be thread-safe.
 class PromptBuilder {
  public:
