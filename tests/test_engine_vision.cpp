@@ -280,8 +280,9 @@ TEST_P(VisionWeights, TextUseNeverViewsAVisionTensor) {
   // checkpoints carry SigLIP's pooling head, which Gemma 3 does not use).
   const auto viewed = model->checkpoint.viewed();
   for (const std::string& name : model->checkpoint.names())
-    if (!std::binary_search(viewed.begin(), viewed.end(), name))
+    if (!std::binary_search(viewed.begin(), viewed.end(), name)) {
       EXPECT_TRUE(is_vision_tensor(name)) << name;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, VisionWeights, testing::Values("gemma3", "gemma4", "mistral3"));

@@ -69,7 +69,8 @@ Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine
       throw ApiError(400, "no_chat_template", "messages",
                      "this model folder has no tokenizer, so chat is unavailable; use "
                      "/v1/completions with a prompt of token ids");
-    if (!r.has_images) return {builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs)};
+    if (!r.has_images)
+      return {builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs), {}};
     const VisionTower* tower = engine.vision();
     if (!tower)
       throw ApiError(400, "images_unavailable", "messages",
@@ -88,9 +89,9 @@ Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine
       throw ApiError(400, "no_tokenizer", "prompt",
                      "this model folder has no tokenizer, so 'prompt' must be an array of token "
                      "ids, e.g. [1, 2, 3]");
-    return {builder->text_prompt(*r.prompt_text)};
+    return {builder->text_prompt(*r.prompt_text), {}};
   }
-  return {r.prompt_ids};
+  return {r.prompt_ids, {}};
 }
 
 // The engine's refusal as an API error; `prompt_param` names the prompt

@@ -1,0 +1,185 @@
+// Every CUDA kernel against the CPU backend (the reference oracle), on random
+// data with odd shapes. Tolerances, per op:
+//  - gemv_bf16: |gpu - cpu| ≤ 1e-5 · Σ|w·x| + 1e-6 (f32 sums in another order);
+//  - rmsnorm, gated activations, soft-cap: 2e-6 relative + 1e-6 absolute
+//    (fast-math exp/tanh);
+//  - embedding gather: exact.
+// Skipped, with the reason printed, where no CUDA device is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ops.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+using namespace tandem;
+
+namespace {
+
+class CudaKernels : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+  }
+};
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+
+template <class T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer b(v.size() * sizeof(T));
+  b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <class T>
+std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  cudaDeviceSynchronize();
+  b.download(v.data(), n * sizeof(T));
+  return v;
+}
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel,
+                  double abs, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < gpu.size(); ++i)
+    if (!(std::fabs(gpu[i] - cpu[i]) <= abs + rel * std::fabs(cpu[i])) && bad++ < 5)
+      ADD_FAILURE() << what << " [" << i << "]: gpu " << gpu[i] << " cpu " << cpu[i];
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
+  ThreadPool pool(2);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // Odd row counts, columns with and without the 16-byte path, batch 1..17.
+  for (Shape s : {Shape{37, 64}, Shape{1000, 200}, Shape{129, 72}, Shape{33, 70}, Shape{2048, 2048},
+                  Shape{5, 4104}})
+    for (int64_t n : {1, 2, 3, 8, 9, 16, 17}) {
+      const auto wf = random_floats(size_t(s.rows * s.cols), 1, 0.05f);
+      const auto w16 = to_bf16(wf);
+      const auto x = random_floats(size_t(n * s.cols), 2);
+      WeightMatrix wm;
+      wm.dtype = DType::BF16;
+      wm.data = w16.data();
+      wm.rows = s.rows;
+      wm.cols = s.cols;
+      std::vector<float> want(size_t(n * s.rows));
+      cpu::matmul(pool, x.data(), n, wm, nullptr, want.data());
+      // The bound: the sum of |w·x| per output.
+      std::vector<float> mag(want.size());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < s.rows; ++r) {
+          double m = 0;
+          for (int64_t c = 0; c < s.cols; ++c)
+            m += std::fabs(bf16_to_f32(w16[size_t(r * s.cols + c)]) * x[size_t(t * s.cols + c)]);
+          mag[size_t(t * s.rows + r)] = float(m);
+        }
+      auto dw = upload(w16);
+      auto dx = upload(x);
+      cuda::DeviceBuffer dy(want.size() * sizeof(float));
+      cuda::gemv_bf16(dw.as<uint16_t>(), s.rows, s.cols, dx.as<float>(), n, dy.as<float>(),
+                      nullptr);
+      const auto got = download<float>(dy, want.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - want[i]) <= 1e-5 * mag[i] + 1e-6) && bad++ < 3)
+          ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " [" << i << "] gpu " << got[i]
+                        << " cpu " << want[i];
+      EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n;
+    }
+}
+
+TEST_F(CudaKernels, RmsnormMatchesCpu) {
+  for (int64_t dim : {1, 31, 256, 1000, 2304})
+    for (bool weighted : {true, false}) {
+      const int64_t n = 7;
+      const auto x = random_floats(size_t(n * dim), 3, 3.f);
+      const auto w = random_floats(size_t(dim), 4);
+      std::vector<float> want(x.size());
+      cpu::rmsnorm(x.data(), weighted ? w.data() : nullptr, n, dim, 1e-6f, want.data());
+      auto dx = upload(x);
+      auto dw = upload(w);
+      cuda::rmsnorm(dx.as<float>(), weighted ? dw.as<float>() : nullptr, n, dim, 1e-6f,
+                    dx.as<float>(), nullptr);  // in place
+      expect_close(download<float>(dx, x.size()), want, 2e-6, 1e-6,
+                   "rmsnorm dim " + std::to_string(dim));
+    }
+}
+
+TEST_F(CudaKernels, GatedActivationsAndSoftcapMatchCpu) {
+  const int64_t n = 100003;
+  const auto g = random_floats(size_t(n), 5, 4.f), u = random_floats(size_t(n), 6);
+  for (int act = 0; act < 2; ++act) {
+    std::vector<float> want = g;
+    (act == 0 ? cpu::silu_mul : cpu::gelu_tanh_mul)(want.data(), u.data(), n);
+    auto dg = upload(g);
+    auto du = upload(u);
+    (act == 0 ? cuda::silu_mul : cuda::gelu_tanh_mul)(dg.as<float>(), du.as<float>(), n, nullptr);
+    expect_close(download<float>(dg, size_t(n)), want, 2e-6, 1e-6, act == 0 ? "silu" : "gelu");
+  }
+  std::vector<float> want = g;
+  cpu::softcap(want.data(), n, 30.f);
+  auto dg = upload(g);
+  cuda::softcap(dg.as<float>(), n, 30.f, nullptr);
+  expect_close(download<float>(dg, size_t(n)), want, 2e-6, 1e-6, "softcap");
+}
+
+TEST_F(CudaKernels, EmbeddingGatherIsExact) {
+  const int64_t vocab = 1000, dim = 77;
+  const auto table = to_bf16(random_floats(size_t(vocab * dim), 7));
+  const std::vector<int32_t> ids = {0, 999, 5, 5, 123};
+  const float scale = 8.5f;
+  auto dt = upload(table);
+  auto di = upload(ids);
+  cuda::DeviceBuffer out(ids.size() * size_t(dim) * sizeof(float));
+  cuda::embed_rows_bf16(dt.as<uint16_t>(), dim, di.as<int32_t>(), int64_t(ids.size()), scale,
+                        out.as<float>(), nullptr);
+  const auto got = download<float>(out, ids.size() * size_t(dim));
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t i = 0; i < dim; ++i)
+      ASSERT_EQ(got[t * size_t(dim) + size_t(i)],
+                bf16_to_f32(table[size_t(ids[t] * dim + i)]) * scale);
+}
+
+TEST(CudaRuntime, ReportsDevicesOrWhyNot) {
+  std::string why;
+  const int n = cuda::device_count(&why);
+  if (n == 0) {
+    EXPECT_FALSE(why.empty());
+    std::printf("[cuda] no device: %s (runtime %s, driver %s)\n", why.c_str(),
+                cuda::runtime_version().c_str(), cuda::driver_version().c_str());
+    return;
+  }
+  const cuda::DeviceInfo d = cuda::device_info(0);
+  EXPECT_GT(d.total_bytes, 0u);
+  EXPECT_GE(d.cc_major, 7);
+  std::printf("[cuda] %s sm_%d%d, %d SMs, %.1f GB, nominal %.0f GB/s, runtime %s, driver %s\n",
+              d.name.c_str(), d.cc_major, d.cc_minor, d.multiprocessors, d.total_bytes / 1e9,
+              d.peak_bandwidth_gbs, cuda::runtime_version().c_str(),
+              cuda::driver_version().c_str());
+}
+
+}  // namespace
