@@ -37,10 +37,12 @@ std::vector<int32_t> token_ids(const HttpResult& r) {
 // A stand-in for the tokenizer/template layer: one id per byte of text.
 class FakePromptBuilder : public server::PromptBuilder {
  public:
-  std::vector<int32_t> chat_prompt(const json& messages, const json& tools, const json& kwargs,
+  std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages,
+                                   const nlohmann::ordered_json& tools,
+                                   const nlohmann::ordered_json& kwargs,
                                    const server::ChatImages* = nullptr) override {
     std::vector<int32_t> ids = {1};
-    for (const json& m : messages)
+    for (const auto& m : messages)
       if (m["content"].is_string()) append(m["content"].get<std::string>(), ids);
     last_kwargs = kwargs;
     return ids;

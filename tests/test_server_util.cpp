@@ -33,7 +33,7 @@ LiveServer::LiveServer(LiveServerConfig c) {
   c.options.max_concurrent = c.engine.max_concurrent;
   model_ = load_model(c.model_dir);
   if (c.fault) setenv("TANDEM_FAULT", c.fault, 1);
-  engine_ = std::make_unique<Engine>(*model_, c.engine);
+  engine_ = std::make_unique<Engine>(*model_, c.engine, c.streamer);
   unsetenv("TANDEM_FAULT");
   server_ = std::make_unique<server::Server>(c.options);
   server_->bind();

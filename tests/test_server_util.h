@@ -30,7 +30,8 @@ struct LiveServerConfig {
   server::ServerOptions options;  // port 0 and served name "test-model" by default
   const char* fault = nullptr;    // TANDEM_FAULT while the engine starts
   server::PromptBuilder* builder = nullptr;
-  bool attach = true;  // false: the server stays "loading"
+  const TextStreamer* streamer = nullptr;  // the engine's detokenizer (none by default)
+  bool attach = true;                      // false: the server stays "loading"
 };
 
 class LiveServer {

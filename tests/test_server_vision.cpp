@@ -31,26 +31,6 @@ json prompts(const std::string& family) {
   return json::parse(f);
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-std::string base64(const std::string& bytes) {
-  static const char* A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    if (i + 2 < bytes.size()) v |= uint8_t(bytes[i + 2]);
-    out += A[v >> 18 & 63];
-    out += A[v >> 12 & 63];
-    out += i + 1 < bytes.size() ? A[v >> 6 & 63] : '=';
-    out += i + 2 < bytes.size() ? A[v & 63] : '=';
-  }
-  return out;
-}
-
 std::string data_url(const std::string& family, const std::string& file) {
   return "data:image/png;base64," + base64(file_bytes(vision_fixture_dir(family) + "/" + file));
 }

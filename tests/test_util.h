@@ -29,6 +29,10 @@ std::string vision_model_dir(const std::string& family);
 // tests/fixtures/vision/<family>
 std::string vision_fixture_dir(const std::string& family);
 
+// A file's bytes ("" when it cannot be read), and standard base64 (padded).
+std::string file_bytes(const std::string& path);
+std::string base64(const std::string& bytes);
+
 // A fresh temporary directory, removed with the object.
 class TempDir {
  public:

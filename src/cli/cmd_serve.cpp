@@ -49,6 +49,7 @@ struct ServeOptions {
   bool allow_image_urls = false;
   std::string image_url_max = "20M";
   double image_url_timeout_s = 10;
+  bool no_thinking = false;
 };
 
 // Seconds after the grace period before a drain that cannot finish is cut
@@ -214,6 +215,7 @@ int run_serve(const ServeOptions& o) {
   so.max_concurrent = o.max_concurrent;
   so.log_requests = o.log_requests;
   so.allow_image_urls = o.allow_image_urls;
+  so.no_thinking = o.no_thinking;
   so.image_url_limits.max_bytes = parse_byte_size(o.image_url_max, "--image-url-max-size");
   so.image_url_limits.timeout_s = o.image_url_timeout_s;
 
@@ -238,6 +240,14 @@ int run_serve(const ServeOptions& o) {
         stderr,
         "tandem serve: warning: %s has no chat template; /v1/chat/completions answers 400\n",
         o.model.c_str());
+  // Test hook (docs/api.md): every request's output is this text, tokenized.
+  if (const char* forced = std::getenv("TANDEM_FORCE_OUTPUT"); forced && text) {
+    config.forced_output = text->tokenizer().encode(forced, /*add_special=*/false);
+    std::fprintf(stderr,
+                 "tandem serve: TANDEM_FORCE_OUTPUT: every request generates %zu forced "
+                 "tokens\n",
+                 config.forced_output.size());
+  }
   std::unique_ptr<VisionTower> tower;
   const server::VisionInfo vision = load_vision(*model, o.text_only, tower);
   Engine engine(*model, config, text.get(), tower.get());
@@ -308,6 +318,9 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_option("--image-url-timeout", o->image_url_timeout_s,
                   "Seconds one image URL fetch may take")
       ->capture_default_str();
+  cmd->add_flag("--no-thinking", o->no_thinking,
+                "Chat templates get enable_thinking=false unless a request sets it "
+                "(chat_template_kwargs.enable_thinking or enable_thinking)");
   return [o] { return run_serve(*o); };
 }
 

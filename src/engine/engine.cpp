@@ -163,6 +163,10 @@ struct Engine::Impl {
         faults(FaultPlan::from_env()),
         pool(c.threads) {
     const ModelSpec& spec = m.spec;
+    for (int32_t id : config.forced_output)
+      if (id < 0 || id >= spec.vocab)
+        fail("forced output: token id %d is outside the vocabulary [0, %lld)", id,
+             (long long)spec.vocab);
     config.max_concurrent = std::max(1, config.max_concurrent);
     config.step_token_budget = std::max<int64_t>(config.step_token_budget, config.max_concurrent);
     int64_t ctx = config.max_context > 0 ? config.max_context
@@ -544,7 +548,15 @@ struct Engine::Impl {
     if (seq.params.top_logprobs >= 0) log_softmax(logits, spec.vocab, logprobs);
     std::span<const int32_t> prompt(seq.tokens.data(), size_t(seq.prompt_len));
     std::span<const int32_t> output(seq.tokens.data() + seq.prompt_len, size_t(seq.generated()));
-    const int32_t id = seq.sampler.sample(logits, spec.vocab, prompt, output);
+    const std::vector<int32_t>& forced = config.forced_output;
+    const size_t n_out = size_t(seq.generated());
+    if (!forced.empty() && n_out == forced.size()) {  // test hook: the forced output is over
+      finish(seq, FinishReason::Stop);
+      return 0;
+    }
+    const int32_t id = n_out < forced.size()
+                           ? forced[n_out]
+                           : seq.sampler.sample(logits, spec.vocab, prompt, output);
     const bool eos = std::find(spec.eos_ids.begin(), spec.eos_ids.end(), id) != spec.eos_ids.end();
     if (eos && !seq.params.ignore_eos) {
       finish(seq, FinishReason::Stop);
@@ -712,7 +724,9 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
   seq->prompt_len = int32_t(prompt.size());
   seq->tokens = std::move(prompt);
   seq->images = std::move(images);
-  if (m.streamer) seq->text = m.streamer->start();
+  if (m.streamer)
+    seq->text = params.keep_special.empty() ? m.streamer->start()
+                                            : m.streamer->start_keeping(params.keep_special);
   if (!params.stop.empty()) seq->stop = std::make_unique<StopMatcher>(params.stop);
   std::shared_ptr<RequestHandle> handle;
   {

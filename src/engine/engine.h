@@ -40,6 +40,9 @@ struct GenerationParams {
   std::vector<std::string> stop;  // stop strings (need a streamer)
   int32_t top_logprobs = -1;      // -1: no logprobs; 0..20: chosen token (+ top n)
   double timeout_s = 0;           // 0: the engine's default
+  // Special tokens whose text the stream keeps (TextStreamer::start_keeping):
+  // the markers the server's reasoning and tool-call parsers read.
+  std::vector<int32_t> keep_special;
 };
 
 enum class FinishReason { None, Stop, Length, Error, Cancelled, Timeout };
@@ -122,6 +125,10 @@ struct EngineConfig {
   // image per step whatever its size), so image requests interleave with the
   // decode steps of running requests instead of stalling them.
   int64_t vision_budget = 1024;
+  // Test hook (tests, and `tandem serve` under TANDEM_FORCE_OUTPUT): every
+  // request generates these ids first instead of sampling (logprobs are
+  // still the model's), then ends as at end-of-sequence. Empty: off.
+  std::vector<int32_t> forced_output;
 };
 
 struct EngineStatus {

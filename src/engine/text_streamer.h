@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tandem {
 
@@ -22,6 +23,15 @@ class TextStreamer {
  public:
   virtual ~TextStreamer() = default;
   virtual std::unique_ptr<TextStream> start() const = 0;
+  // A stream that also writes the text of the special tokens in
+  // `keep_special` (the reasoning and tool-call markers some models write
+  // as special tokens, for the server's output parsers); other special
+  // tokens are skipped as by start(). Default: start().
+  virtual std::unique_ptr<TextStream> start_keeping(
+      const std::vector<int32_t>& keep_special) const {
+    (void)keep_special;
+    return start();
+  }
 };
 
 }  // namespace tandem

@@ -57,10 +57,34 @@ struct Prompt {
   std::vector<PreparedImage> images;  // vision lane: in prompt order
 };
 
+// What a chat request gives its template, with the client's key order (the
+// body parsed again as ordered JSON): the messages, the tools (none with
+// tool_choice "none"), and chat_template_kwargs with the thinking switch
+// (the request's, else --no-thinking's false, else the template's default).
+struct TemplateInputs {
+  nlohmann::ordered_json messages, tools, kwargs;
+};
+
+TemplateInputs template_inputs(const ServerState& s, const OpenAIRequest& r,
+                               const std::string& raw_body) {
+  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(raw_body);
+  TemplateInputs t;
+  t.messages = body.at("messages");
+  if (r.tool_choice.mode != ToolChoice::Mode::None && r.tools.is_array() && !r.tools.empty())
+    t.tools = body.at("tools");
+  if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && kw->is_object())
+    t.kwargs = *kw;
+  std::optional<bool> thinking = r.enable_thinking;
+  if (!thinking && s.options.no_thinking) thinking = false;
+  if (thinking) t.kwargs["enable_thinking"] = *thinking;
+  return t;
+}
+
 // The prompt's token ids, from the model's PromptBuilder (server/model_text.h)
 // or, without a tokenizer, from a prompt given as ids. A chat request with
 // images also gets them decoded and preprocessed here (its own 400s).
-Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine) {
+Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine,
+                    const std::string& raw_body) {
   PromptBuilder* builder = s.builder.load();
   if (r.endpoint == Endpoint::Chat) {
     // Chat needs the model folder's tokenizer (cmd_serve passes it when the
@@ -69,8 +93,8 @@ Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine
       throw ApiError(400, "no_chat_template", "messages",
                      "this model folder has no tokenizer, so chat is unavailable; use "
                      "/v1/completions with a prompt of token ids");
-    if (!r.has_images)
-      return {builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs), {}};
+    const TemplateInputs t = template_inputs(s, r, raw_body);
+    if (!r.has_images) return {builder->chat_prompt(t.messages, t.tools, t.kwargs), {}};
     const VisionTower* tower = engine.vision();
     if (!tower)
       throw ApiError(400, "images_unavailable", "messages",
@@ -80,7 +104,7 @@ Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine
     ImageUrlPolicy policy{s.options.allow_image_urls, s.options.image_url_limits};
     ChatImageInputs in = load_chat_images(r.messages, *tower, *builder, policy);
     Prompt p;
-    p.ids = builder->chat_prompt(r.messages, r.tools, r.chat_template_kwargs, &in.text);
+    p.ids = builder->chat_prompt(t.messages, t.tools, t.kwargs, &in.text);
     p.images = std::move(in.images);
     return p;
   }
@@ -92,6 +116,34 @@ Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine
     return {builder->text_prompt(*r.prompt_text), {}};
   }
   return {r.prompt_ids, {}};
+}
+
+// How the server reads a chat request's output (server/chat_output.h), and
+// what the engine must do for it: keep the marker tokens the parsers read,
+// and stop where the model's turn ends after its calls.
+ChatOutputConfig output_config(const OpenAIRequest& r, PromptBuilder* builder, const Engine& engine,
+                               const std::vector<int32_t>& prompt, GenerationParams& params) {
+  ChatOutputConfig c;
+  if (r.endpoint != Endpoint::Chat || !builder) return c;
+  const text::ChatFormat f = builder->chat_format();
+  const bool tools =
+      r.tool_choice.mode != ToolChoice::Mode::None && r.tools.is_array() && !r.tools.empty();
+  c.reasoning = f.reasoning;
+  c.tools = tools ? f.tools : text::ToolCallFormat::None;
+  c.parallel_tool_calls = r.parallel_tool_calls;
+  c.enabled = c.reasoning != text::ReasoningFormat::None || c.tools != text::ToolCallFormat::None;
+  if (!c.enabled) return c;
+  std::vector<std::string> markers = text::reasoning_markers(c.reasoning);
+  for (std::string& m : text::tool_call_markers(c.tools)) markers.push_back(std::move(m));
+  params.keep_special = builder->special_ids(markers);
+  if (engine.has_streamer())
+    for (std::string& stop : text::tool_call_stops(c.tools)) params.stop.push_back(std::move(stop));
+  // Does the prompt end inside a reasoning block (a template that opens it)?
+  std::string tail;
+  for (size_t i = prompt.size() > 8 ? prompt.size() - 8 : 0; i < prompt.size(); ++i)
+    tail += builder->token_text(prompt[i]);
+  c.starts_in_reasoning = text::prompt_opens_reasoning(c.reasoning, tail);
+  return c;
 }
 
 // The engine's refusal as an API error; `prompt_param` names the prompt
@@ -121,6 +173,7 @@ struct ActiveRequest {
   RegistryEntry entry;
   ConnectionProbe probe;
   ResponseContext ctx;
+  std::unique_ptr<ChatOutput> output;  // chat output parsing, when ctx.output is enabled
   double start, last_probe, last_token = -1;
   std::optional<GenerationEvent> pending;  // a stream's first event, read before the headers
   bool first_chunk = true;
@@ -135,7 +188,9 @@ struct ActiveRequest {
         probe(p),
         ctx(std::move(c)),
         start(t0),
-        last_probe(now_s()) {}
+        last_probe(now_s()) {
+    if (ctx.output.enabled) output = std::make_unique<ChatOutput>(ctx.output);
+  }
   // Whatever path ends the response (an exception included), a request
   // nobody will read is not left running.
   ~ActiveRequest() {
@@ -185,13 +240,21 @@ struct ActiveRequest {
 
   // Appends the SSE chunks of one event; true at the end of the stream.
   bool append(const GenerationEvent& e, std::string& out) {
-    if (!e.ids.empty() || !e.text.empty()) {
+    const bool end = e.finish != FinishReason::None;
+    if (output) {
+      ChatOut parsed = output->push(e.text);
+      if (end) parsed.append(output->finish());
+      if (!e.ids.empty() || !parsed.empty()) {
+        out += sse_event(token_chunk_json(ctx, e, first_chunk, text_offset, &parsed));
+        first_chunk = false;
+      }
+    } else if (!e.ids.empty() || !e.text.empty()) {
       out += sse_event(token_chunk_json(ctx, e, first_chunk, text_offset));
       first_chunk = false;
       text_offset += e.text.size();
     }
-    if (e.finish == FinishReason::None) return false;
-    out += sse_event(final_chunk_json(ctx, e.finish, first_chunk));
+    if (!end) return false;
+    out += sse_event(final_chunk_json(ctx, e.finish, first_chunk, output && output->calls() > 0));
     if (ctx.include_usage)
       out += sse_event(usage_chunk_json(ctx, e.prompt_tokens, e.completion_tokens));
     if (e.finish == FinishReason::Error || e.finish == FinishReason::Timeout)
@@ -237,6 +300,10 @@ void answer_whole(ActiveRequest& a, httplib::Response& res) {
       return;
     }
     g.add(*e);
+    if (a.output) {
+      g.parsed.append(a.output->push(e->text));
+      if (e->finish != FinishReason::None) g.parsed.append(a.output->finish());
+    }
     if (e->finish != FinishReason::None) break;
   }
   if (g.finish == FinishReason::Error || g.finish == FinishReason::Timeout)
@@ -297,7 +364,7 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   if (!engine) throw unavailable("model_loading", "the model is still loading; retry shortly");
 
   const std::string prompt_param = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  Prompt prompt = build_prompt(s, r, *engine);
+  Prompt prompt = build_prompt(s, r, *engine, req.body);
   if (int64_t(prompt.ids.size()) >= engine->max_context())
     throw ApiError(400, "context_length_exceeded", prompt_param,
                    "the prompt is " + std::to_string(prompt.ids.size()) +
@@ -307,9 +374,11 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   // Bound to the request before submit, so a client that is already gone
   // still gets its request cancelled.
   ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_port);
+  GenerationParams params = r.params;
+  const ChatOutputConfig output = output_config(r, s.builder.load(), *engine, prompt.ids, params);
   std::shared_ptr<RequestHandle> handle;
   try {
-    handle = engine->submit(std::move(prompt.ids), r.params, std::move(prompt.images));
+    handle = engine->submit(std::move(prompt.ids), params, std::move(prompt.images));
   } catch (const AdmissionError& e) {
     throw admission_error(e, prompt_param);
   }
@@ -321,6 +390,7 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   ctx.model = s.options.served_model_name;
   ctx.logprobs = r.logprobs;
   ctx.include_usage = r.include_usage;
+  ctx.output = output;
   if (PromptBuilder* builder = s.builder.load())
     ctx.render = [builder](int32_t id) { return builder->token_text(id); };
   auto active = std::make_shared<ActiveRequest>(s, handle, std::move(ctx), probe, start);

@@ -1,6 +1,8 @@
 #include "server/model_text.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "server/errors.h"
@@ -20,20 +22,72 @@ class DetokenizerStream : public TextStream {
   text::Detokenizer d_;
 };
 
-nlohmann::ordered_json ordered(const nlohmann::json& j) {
-  return j.is_null() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(j.dump());
-}
+// Keeps the special tokens in `keep` (sorted), skips the others.
+class KeepingStream : public TextStream {
+ public:
+  KeepingStream(const text::Tokenizer& tok, std::vector<int32_t> keep)
+      : tok_(tok), d_(tok.detokenizer(/*skip_special=*/false)), keep_(std::move(keep)) {}
+  std::string push(int32_t id) override {
+    if (tok_.is_special(id) && !std::binary_search(keep_.begin(), keep_.end(), id)) return {};
+    return d_.push(id);
+  }
+  std::string flush() override { return d_.flush(); }
 
-// OpenAI image_url parts become the {"type": "image"} parts chat templates
-// test for (the image itself travels separately).
-nlohmann::ordered_json with_image_parts(nlohmann::ordered_json messages) {
+ private:
+  text::Tokenizer tok_;
+  text::Detokenizer d_;
+  std::vector<int32_t> keep_;
+};
+
+using ojson = nlohmann::ordered_json;
+
+// The messages as the templates take them:
+//  - OpenAI image_url parts become the {"type": "image"} parts chat templates
+//    test for (the image itself travels separately);
+//  - an assistant tool call's `arguments` string holding a JSON object
+//    becomes that object, and the message's null content "";
+//  - a tool message's text parts become one string.
+ojson for_template(ojson messages) {
   for (auto& m : messages) {
-    if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+    if (!m.is_object()) continue;
+    if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
+      for (auto& c : *calls) {
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object()) continue;
+        ojson& fn = c["function"];
+        if (auto a = fn.find("arguments"); a != fn.end() && a->is_string()) {
+          ojson parsed = ojson::parse(a->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+          if (!parsed.is_discarded() && parsed.is_object()) *a = std::move(parsed);
+        }
+      }
+      if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
+    }
+    if (!m.contains("content") || !m["content"].is_array()) continue;
+    if (m.value("role", "") == "tool") {
+      std::string text;
+      bool only_text = true;
+      for (const auto& part : m["content"]) {
+        if (part.is_object() && part.value("type", "") == "text")
+          text += part.value("text", "");
+        else
+          only_text = false;
+      }
+      if (only_text) m["content"] = text;
+      continue;
+    }
     for (auto& part : m["content"])
       if (part.is_object() && part.value("type", "") == "image_url")
-        part = nlohmann::ordered_json{{"type", "image"}};
+        part = ojson{{"type", "image"}};
   }
   return messages;
+}
+
+// config.json's model_type ("" without one).
+std::string model_type(const std::string& dir) {
+  std::ifstream f(std::filesystem::path(dir) / "config.json");
+  if (!f) return "";
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return "";
+  return j["model_type"].get<std::string>();
 }
 
 }  // namespace
@@ -68,17 +122,20 @@ std::unique_ptr<ModelText> ModelText::load(const std::string& dir) {
   if (!fs::exists(fs::path(dir) / "tokenizer.json") && !fs::exists(fs::path(dir) / "tekken.json"))
     return nullptr;
   std::unique_ptr<ModelText> m(new ModelText(text::Tokenizer::load(dir)));
+  std::string sources;
   try {
     m->chat_ = ChatTemplate::from_folder(dir);
+    for (const std::string& name : m->chat_->names()) sources += m->chat_->source(name);
   } catch (const Error&) {
     // No template: completions still work; chat answers 400 no_chat_template.
   }
+  m->format_ = text::detect_chat_format(sources, model_type(dir));
   return m;
 }
 
-std::vector<int32_t> ModelText::chat_prompt(const nlohmann::json& messages,
-                                            const nlohmann::json& tools,
-                                            const nlohmann::json& template_kwargs,
+std::vector<int32_t> ModelText::chat_prompt(const nlohmann::ordered_json& messages,
+                                            const nlohmann::ordered_json& tools,
+                                            const nlohmann::ordered_json& template_kwargs,
                                             const ChatImages* images) {
   if (!chat_)
     throw ApiError(
@@ -87,8 +144,8 @@ std::vector<int32_t> ModelText::chat_prompt(const nlohmann::json& messages,
         "chat_template.jinja); use /v1/completions with a text prompt");
   std::string prompt;
   try {
-    prompt = chat_->render(with_image_parts(ordered(messages)), ordered(tools),
-                           /*add_generation_prompt=*/true, ordered(template_kwargs));
+    prompt = chat_->render(for_template(messages), tools, /*add_generation_prompt=*/true,
+                           template_kwargs);
   } catch (const Error& e) {
     // raise_exception() and template errors say what the template rejects.
     throw ApiError(400, "invalid_value", "messages",
@@ -109,6 +166,21 @@ std::string ModelText::token_text(int32_t id) {
 
 std::unique_ptr<TextStream> ModelText::start() const {
   return std::make_unique<DetokenizerStream>(tokenizer_.detokenizer(/*skip_special=*/true));
+}
+
+std::unique_ptr<TextStream> ModelText::start_keeping(const std::vector<int32_t>& keep) const {
+  std::vector<int32_t> sorted = keep;
+  std::sort(sorted.begin(), sorted.end());
+  return std::make_unique<KeepingStream>(tokenizer_, std::move(sorted));
+}
+
+std::vector<int32_t> ModelText::special_ids(const std::vector<std::string>& markers) const {
+  std::vector<int32_t> ids;
+  for (const std::string& m : markers) {
+    const int32_t id = tokenizer_.token_to_id(m);
+    if (id >= 0 && tokenizer_.is_special(id)) ids.push_back(id);
+  }
+  return ids;
 }
 
 }  // namespace tandem::server

@@ -3,7 +3,11 @@
 //
 // Chat prompts are rendered with the model's own template and tokenized
 // without adding special tokens again (the template writes BOS itself), as
-// transformers' apply_chat_template(tokenize=True) does.
+// transformers' apply_chat_template(tokenize=True) does. Before rendering,
+// as vLLM does: an assistant tool call's `arguments` given as a JSON string
+// (the OpenAI wire form) becomes the object it holds (Llama's and Gemma 4's
+// templates print objects; Qwen3's takes both), that message's null content
+// becomes "", and a tool message's text parts become one string.
 #pragma once
 
 #include <memory>
@@ -24,13 +28,19 @@ class ModelText : public TextStreamer, public PromptBuilder {
   // Throws Error for a tokenizer or template file that is broken.
   static std::unique_ptr<ModelText> load(const std::string& dir);
 
-  std::vector<int32_t> chat_prompt(const nlohmann::json& messages, const nlohmann::json& tools,
-                                   const nlohmann::json& template_kwargs,
+  std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages,
+                                   const nlohmann::ordered_json& tools,
+                                   const nlohmann::ordered_json& template_kwargs,
                                    const ChatImages* images = nullptr) override;
   std::vector<int32_t> text_prompt(const std::string& text) override;
   std::string token_text(int32_t id) override;
+  text::ChatFormat chat_format() const override { return format_; }
+  std::vector<int32_t> special_ids(const std::vector<std::string>& markers) const override;
   // Streams decode with special tokens skipped (they are not answer text).
   std::unique_ptr<TextStream> start() const override;
+  // ... except those in `keep_special` (reasoning and tool-call markers).
+  std::unique_ptr<TextStream> start_keeping(
+      const std::vector<int32_t>& keep_special) const override;
 
   const text::Tokenizer& tokenizer() const { return tokenizer_; }
   bool has_chat_template() const { return chat_.has_value(); }
@@ -39,6 +49,7 @@ class ModelText : public TextStreamer, public PromptBuilder {
   explicit ModelText(text::Tokenizer tok) : tokenizer_(std::move(tok)) {}
   text::Tokenizer tokenizer_;
   std::optional<ChatTemplate> chat_;
+  text::ChatFormat format_;  // from the template and config.json's model_type
 };
 
 }  // namespace tandem::server

@@ -263,6 +263,49 @@ void validate_tools(const json& tools) {
   }
 }
 
+ToolChoice parse_tool_choice(const json& choice, const json& tools) {
+  ToolChoice c;
+  const bool have_tools = tools.is_array() && !tools.empty();
+  if (choice.is_string()) {
+    const std::string v = choice.get<std::string>();
+    if (v == "auto") return c;
+    if (v == "none") {
+      c.mode = ToolChoice::Mode::None;
+      return c;
+    }
+    if (v != "required")
+      throw invalid_value("tool_choice",
+                          "'tool_choice' must be \"none\", \"auto\", \"required\" "
+                          "or {\"type\": \"function\", \"function\": {\"name\": "
+                          "...}}, got \"" +
+                              v + "\"");
+    c.mode = ToolChoice::Mode::Required;
+  } else if (choice.is_object()) {
+    Fields f(choice, "tool_choice");
+    if (auto type = f.string("type"); type && *type != "function")
+      throw unsupported("tool_choice.type", "only 'function' tool choices are supported");
+    const json* fn = f.get("function");
+    if (!fn) throw missing_param("tool_choice.function");
+    if (!fn->is_object()) throw invalid_type("tool_choice.function", "an object");
+    auto name = Fields(*fn, "tool_choice.function").string("name");
+    if (!name) throw missing_param("tool_choice.function.name");
+    c.mode = ToolChoice::Mode::Named;
+    c.name = *name;
+    bool known = false;
+    if (have_tools)
+      for (const json& t : tools) known = known || t["function"].value("name", "") == c.name;
+    if (have_tools && !known)
+      throw invalid_value("tool_choice.function.name", "'tool_choice' names the function '" +
+                                                           c.name + "', which is not in 'tools'");
+  } else {
+    throw invalid_type("tool_choice", "a string or an object");
+  }
+  if (!have_tools)
+    throw invalid_value("tool_choice",
+                        "'tool_choice' \"required\" or a named function needs 'tools'");
+  return c;
+}
+
 // A token id list; `where` names it in errors.
 std::vector<int32_t> token_ids(const json& arr, const std::string& where) {
   std::vector<int32_t> ids;
@@ -361,12 +404,15 @@ OpenAIRequest parse_chat_request(const json& body, double max_timeout_s) {
     validate_tools(*tools);
     r.tools = *tools;
   }
-  if (const json* choice = f.get("tool_choice");
-      choice && !choice->is_string() && !choice->is_object())
-    throw invalid_type("tool_choice", "a string or an object");
+  if (const json* choice = f.get("tool_choice"))
+    r.tool_choice = parse_tool_choice(*choice, r.tools);
+  if (auto v = f.boolean("parallel_tool_calls")) r.parallel_tool_calls = *v;
+  r.enable_thinking = f.boolean("enable_thinking");
   if (const json* kw = f.get("chat_template_kwargs")) {
     if (!kw->is_object()) throw invalid_type("chat_template_kwargs", "an object");
     r.chat_template_kwargs = *kw;
+    if (auto it = kw->find("enable_thinking"); it != kw->end() && it->is_boolean())
+      r.enable_thinking = it->get<bool>();
   }
 
   auto logprobs = f.boolean("logprobs");

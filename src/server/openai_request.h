@@ -20,6 +20,16 @@ namespace tandem::server {
 
 enum class Endpoint { Completions, Chat };
 
+// `tool_choice`: auto (the default), none (the template gets no tools and
+// the output is not parsed for calls), required, or one named function.
+// Until constrained decoding lands, required and named choices are not
+// enforced: the template gets the tools and the output is parsed as for auto.
+struct ToolChoice {
+  enum class Mode { Auto, None, Required, Named };
+  Mode mode = Mode::Auto;
+  std::string name;  // Named: the function
+};
+
 struct OpenAIRequest {
   Endpoint endpoint = Endpoint::Completions;
   std::optional<std::string> model;  // absent: the served model
@@ -33,6 +43,12 @@ struct OpenAIRequest {
   json tools;
   json chat_template_kwargs;
   bool has_images = false;  // some message has an image_url part
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;  // false: at most one call is returned
+  // The request's thinking switch: chat_template_kwargs.enable_thinking
+  // when it is a boolean, else the top-level `enable_thinking` (extension);
+  // nullopt: the server's default.
+  std::optional<bool> enable_thinking;
 
   // Sampling, max_tokens, stop, logprobs, ignore_eos, timeout. max_tokens is
   // the requested value (default 16 for completions, "until the context is

@@ -53,6 +53,21 @@ json logprobs_json(const ResponseContext& ctx, const std::vector<TokenLogprob>& 
           {"text_offset", std::move(offsets)}};
 }
 
+// OpenAI tool_calls: in a message [{id, type, function}], in a stream delta
+// with each call's index first.
+json tool_calls_json(const std::vector<OutputToolCall>& calls, bool delta) {
+  json out = json::array();
+  for (const OutputToolCall& c : calls) {
+    json j = json::object();
+    if (delta) j["index"] = c.index;
+    j["id"] = c.id;
+    j["type"] = "function";
+    j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string token_id_text(int32_t id) {
@@ -72,9 +87,9 @@ void Generation::add(const GenerationEvent& e) {
   }
 }
 
-const char* finish_reason_text(FinishReason r) {
+const char* finish_reason_text(FinishReason r, bool tool_calls) {
   switch (r) {
-    case FinishReason::Stop: return "stop";
+    case FinishReason::Stop: return tool_calls ? "tool_calls" : "stop";
     case FinishReason::Length: return "length";
     case FinishReason::Cancelled: return "cancelled";
     case FinishReason::Error:
@@ -101,12 +116,23 @@ json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
 
 json response_json(const ResponseContext& ctx, const Generation& g) {
   json choice = {{"index", 0}};
-  if (ctx.endpoint == Endpoint::Chat)
+  const bool parsed = ctx.endpoint == Endpoint::Chat && ctx.output.enabled;
+  if (parsed) {
+    const ChatOut& p = g.parsed;
+    json message = {
+        {"role", "assistant"},
+        {"content", p.content.empty() && !p.calls.empty() ? json(nullptr) : json(p.content)},
+        {"refusal", nullptr}};
+    if (!p.reasoning.empty()) message["reasoning_content"] = p.reasoning;
+    if (!p.calls.empty()) message["tool_calls"] = tool_calls_json(p.calls, false);
+    choice["message"] = std::move(message);
+  } else if (ctx.endpoint == Endpoint::Chat) {
     choice["message"] = {{"role", "assistant"}, {"content", g.text}, {"refusal", nullptr}};
-  else
+  } else {
     choice["text"] = g.text;
+  }
   choice["logprobs"] = ctx.logprobs ? logprobs_json(ctx, g.logprobs, g.top, 0) : json(nullptr);
-  choice["finish_reason"] = finish_reason_text(g.finish);
+  choice["finish_reason"] = finish_reason_text(g.finish, parsed && !g.parsed.calls.empty());
   choice["token_ids"] = g.ids;  // extension (see the header)
   json j = envelope(ctx, false);
   j["choices"] = json::array({std::move(choice)});
@@ -115,12 +141,19 @@ json response_json(const ResponseContext& ctx, const Generation& g) {
 }
 
 json token_chunk_json(const ResponseContext& ctx, const GenerationEvent& e, bool first,
-                      size_t text_offset) {
+                      size_t text_offset, const ChatOut* parsed) {
   json choice = {{"index", 0}};
   if (ctx.endpoint == Endpoint::Chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
-    delta["content"] = e.text;
+    if (parsed) {
+      if (!parsed->reasoning.empty()) delta["reasoning_content"] = parsed->reasoning;
+      if (!parsed->content.empty() || (parsed->reasoning.empty() && parsed->calls.empty()))
+        delta["content"] = parsed->content;
+      if (!parsed->calls.empty()) delta["tool_calls"] = tool_calls_json(parsed->calls, true);
+    } else {
+      delta["content"] = e.text;
+    }
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = e.text;
@@ -134,7 +167,7 @@ json token_chunk_json(const ResponseContext& ctx, const GenerationEvent& e, bool
   return j;
 }
 
-json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first) {
+json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first, bool tool_calls) {
   json choice = {{"index", 0}};
   if (ctx.endpoint == Endpoint::Chat) {
     json delta = json::object();
@@ -144,7 +177,7 @@ json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first) {
     choice["text"] = "";
   }
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason_text(r);
+  choice["finish_reason"] = finish_reason_text(r, tool_calls);
   choice["token_ids"] = json::array();
   json j = envelope(ctx, true);
   j["choices"] = json::array({std::move(choice)});

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/chat_output.h"
 #include "server/errors.h"
 #include "server/openai_request.h"
 
@@ -46,6 +47,7 @@ struct ResponseContext {
   bool logprobs = false;
   bool include_usage = false;  // streams: stream_options.include_usage
   TokenRenderer render = token_id_text;
+  ChatOutputConfig output;  // chat: reasoning and tool-call parsing
 };
 
 // A request's whole output, accumulated from its events (non-stream).
@@ -58,12 +60,14 @@ struct Generation {
   std::string error;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  ChatOut parsed;  // chat with ResponseContext::output enabled: `text` parsed
 
   void add(const GenerationEvent& e);
 };
 
-// "stop", "length", "error" (Error and Timeout), "cancelled" (extension).
-const char* finish_reason_text(FinishReason r);
+// "stop", "length", "error" (Error and Timeout), "cancelled" (extension);
+// "tool_calls" for a Stop whose output made tool calls.
+const char* finish_reason_text(FinishReason r, bool tool_calls = false);
 
 // The HTTP error a failed request turns into: Error -> 500 internal_error,
 // Timeout -> 504 timeout. Only for those two reasons.
@@ -72,13 +76,20 @@ ApiError outcome_error(FinishReason r, const std::string& engine_message);
 json usage_json(int32_t prompt_tokens, int32_t completion_tokens);
 
 // Non-stream body of a request that ended with Stop, Length or Cancelled.
+// With ctx.output enabled the message carries g.parsed: `content` (null when
+// there are calls and no text), `reasoning_content` and `tool_calls` (each
+// only when non-empty).
 json response_json(const ResponseContext& ctx, const Generation& g);
 
 // Stream chunks. `first` marks the first chunk of a chat stream (it carries
-// the assistant role).
+// the assistant role). With `parsed` (ctx.output enabled) the delta carries
+// its non-empty parts (`reasoning_content`, `content`, `tool_calls` as
+// {index, id, type, function: {name, arguments}}) instead of e.text, and
+// `content: ""` when it has none.
 json token_chunk_json(const ResponseContext& ctx, const GenerationEvent& e, bool first,
-                      size_t text_offset);
-json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first);
+                      size_t text_offset, const ChatOut* parsed = nullptr);
+json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first,
+                      bool tool_calls = false);
 json usage_chunk_json(const ResponseContext& ctx, int32_t prompt_tokens, int32_t completion_tokens);
 
 // "data: <json>\n\n"

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "text/chat_output.h"
+
 namespace tandem::server {
 
 // The images of a chat request, for the template's markers: the template
@@ -33,14 +35,16 @@ class PromptBuilder {
   // server/openai_request.h: non-empty, roles known, content a string or an
   // array of text/image_url parts), with `tools` (array or null) and
   // `template_kwargs` (object or null, the request's chat_template_kwargs),
-  // adds the generation prompt, and tokenizes. Throws server::ApiError (400,
-  // naming the param) for content the template rejects.
+  // adds the generation prompt, and tokenizes. Objects keep the client's
+  // key order (templates print tool schemas with tojson, as transformers
+  // does). Throws server::ApiError (400, naming the param) for content the
+  // template rejects.
   // `images` (null for a text-only request) expands the image markers; a
   // template that writes a different number of markers than there are
   // images is a 400.
-  virtual std::vector<int32_t> chat_prompt(const nlohmann::json& messages,
-                                           const nlohmann::json& tools,
-                                           const nlohmann::json& template_kwargs,
+  virtual std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages,
+                                           const nlohmann::ordered_json& tools,
+                                           const nlohmann::ordered_json& template_kwargs,
                                            const ChatImages* images = nullptr) = 0;
 
   // Tokenizes a plain completion prompt (special tokens as the model's
@@ -50,6 +54,17 @@ class PromptBuilder {
   // How one token is shown in logprobs: its text (a lone byte of a UTF-8
   // sequence shows as the replacement character, as in transformers).
   virtual std::string token_text(int32_t id) = 0;
+
+  // How the model writes reasoning and tool calls (text/chat_output.h): the
+  // server parses chat output with it. Default: plain text.
+  virtual text::ChatFormat chat_format() const { return {}; }
+  // The ids of those `markers` that are special tokens of this tokenizer:
+  // the engine's text stream must keep them for the parsers to see them
+  // (GenerationParams::keep_special).
+  virtual std::vector<int32_t> special_ids(const std::vector<std::string>& markers) const {
+    (void)markers;
+    return {};
+  }
 };
 
 }  // namespace tandem::server

@@ -42,6 +42,9 @@ struct ServerOptions {
   bool log_requests = false;                // one line per response on stderr
   bool allow_image_urls = false;            // http(s) image URLs (else data: URLs only)
   FetchLimits image_url_limits;             // size, time and redirects of one image fetch
+  // --no-thinking: chat templates get enable_thinking=false unless the
+  // request sets it (chat_template_kwargs.enable_thinking or enable_thinking).
+  bool no_thinking = false;
 };
 
 // What the served model can do with images, for /v1/status and for the 400

@@ -1,18 +1,26 @@
 // The official OpenAI Node SDK against a live `tandem serve` (run by run.sh).
 //
-// Usage: node client.mjs BASE_URL FAULTY_BASE_URL
+// Usage: node client.mjs BASE_URL FAULTY_BASE_URL TOOLS_BASE_URL IMAGE
 //   BASE_URL        a server started with --api-key test-key --served-model-name node-test
 //   FAULTY_BASE_URL the same, with TANDEM_FAULT=step-throw@3 (fails mid-stream)
+//   TOOLS_BASE_URL  the same options over a tiny Gemma 4 with its real tokenizer and
+//                   chat template, every answer forced (TANDEM_FORCE_OUTPUT) to
+//                   reasoning then a get_weather call (run.sh)
+//   IMAGE           a PNG for the tool request with an image
 //
 // Checks: completions.create (non-stream and stream, same greedy ids),
 // models.list, and errors surfacing as the SDK's APIError subclasses with the
-// right status, code and param. Prompts are token ids: tandem has no
-// tokenizer yet, and the generated ids come in choices[0].token_ids.
+// right status, code and param. Prompts are token ids (the model folder has
+// no tokenizer), and the generated ids come in choices[0].token_ids. Then a
+// tool-call round trip: message.tool_calls and reasoning_content, the SDK's
+// own stream accumulator (chat.completions.stream), the call and its result
+// sent back, and the same request with an image (the vision lane).
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import OpenAI, { APIError } from 'openai';
 import { VERSION } from 'openai/version';
 
-const [baseURL, faultyURL] = process.argv.slice(2);
+const [baseURL, faultyURL, toolsURL, imagePath] = process.argv.slice(2);
 const options = { apiKey: 'test-key', maxRetries: 0, timeout: 30_000 };
 const client = new OpenAI({ baseURL, ...options });
 const request = { model: 'node-test', prompt: [1, 2, 3, 4], max_tokens: 8, temperature: 0, ignore_eos: true };
@@ -85,4 +93,74 @@ try {
 }
 assert.equal(before.length, 2, 'two tokens arrive before the injected failure');
 
-console.log(`ok: create, stream, models and errors through openai ${VERSION}`);
+// Tool calls (the answers are forced: see run.sh).
+const agent = new OpenAI({ baseURL: toolsURL, ...options });
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The current weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+}];
+const ask = [{ role: 'user', content: 'What is the weather in Paris?' }];
+const answer = await agent.chat.completions.create({ model: 'node-test', messages: ask, tools });
+const message = answer.choices[0].message;
+assert.equal(answer.choices[0].finish_reason, 'tool_calls');
+assert.equal(message.content, null);
+assert.equal(message.reasoning_content, 'The user wants the weather in Paris.');
+assert.equal(message.tool_calls.length, 1);
+const [call] = message.tool_calls;
+assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+assert.equal(call.type, 'function');
+assert.equal(call.function.name, 'get_weather');
+assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
+
+// Streamed, put together by the SDK's ChatCompletionStream.
+const stream2 = agent.chat.completions.stream({ model: 'node-test', messages: ask, tools });
+let reasoning = '';
+let content = '';
+const argumentsDone = [];
+stream2.on('chunk', (chunk) => {
+  reasoning += chunk.choices[0]?.delta?.reasoning_content ?? '';
+  content += chunk.choices[0]?.delta?.content ?? '';
+});
+stream2.on('tool_calls.function.arguments.done', (e) => argumentsDone.push(e));
+const final = await stream2.finalChatCompletion();
+assert.equal(final.choices[0].finish_reason, 'tool_calls');
+assert.equal(reasoning, message.reasoning_content);
+assert.equal(content, '');
+assert.equal(final.choices[0].message.tool_calls.length, 1);
+assert.equal(final.choices[0].message.tool_calls[0].function.name, 'get_weather');
+assert.equal(final.choices[0].message.tool_calls[0].function.arguments, call.function.arguments);
+assert.deepEqual(argumentsDone.map((e) => e.name), ['get_weather']);
+
+// The round trip: the assistant's call and the tool's result go back through
+// the template (the forced answer is the same call again).
+const followUp = await agent.chat.completions.create({
+  model: 'node-test',
+  tools,
+  messages: [...ask, message, { role: 'tool', tool_call_id: call.id, content: '20 C, sunny' }],
+});
+assert.ok(followUp.usage.prompt_tokens > answer.usage.prompt_tokens + 10, 'the call and result are in the prompt');
+assert.equal(followUp.choices[0].message.tool_calls[0].function.name, 'get_weather');
+
+// The same request with an image attached runs on the vision lane.
+const image = `data:image/png;base64,${readFileSync(imagePath).toString('base64')}`;
+const withImage = await agent.chat.completions.create({
+  model: 'node-test',
+  tools,
+  messages: [{
+    role: 'user',
+    content: [{ type: 'image_url', image_url: { url: image } }, { type: 'text', text: 'What is the weather there?' }],
+  }],
+});
+assert.equal(withImage.choices[0].finish_reason, 'tool_calls');
+assert.deepEqual(JSON.parse(withImage.choices[0].message.tool_calls[0].function.arguments), { city: 'Paris' });
+const status = await (await fetch(`${toolsURL}/status`, { headers: { authorization: 'Bearer test-key' } })).json();
+assert.equal(status.vision_lane_requests, 1);
+await expectApiError(
+  agent.chat.completions.create({ model: 'node-test', messages: ask, tools, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+  400, 'invalid_value', 'tool_choice.function.name');
+
+console.log(`ok: create, stream, models, errors and a tool-call round trip through openai ${VERSION}`);

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # ctest ServerNodeClient: the official OpenAI Node SDK (npm `openai`, pinned
-# in package-lock.json) against two live `tandem serve` processes.
+# in package-lock.json) against three live `tandem serve` processes: the
+# model, the model with a fault injected, and a tiny Gemma 4 (real tokenizer
+# and chat template, random weights) whose every answer is forced with
+# TANDEM_FORCE_OUTPUT to a recorded reasoning + tool call, for the tool-call
+# round trip (random weights never write a call).
 #
 # Usage: run.sh TANDEM_BINARY MODEL_DIR WORK_DIR
 # Skips (exit 77) only when node or npm is absent. The SDK is installed with
@@ -28,11 +32,11 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-# Starts `tandem serve` in the background; sets $port once it is ready.
+# Starts `tandem serve LOG MODEL [ARGS]` in the background; sets $port once it is ready.
 start_server() {
-  local log=$1; shift
+  local log=$1 dir=$2; shift 2
   : >"$log"  # not the last run's ready line: the child truncates it only once it runs
-  "$tandem" serve "$model" --port 0 --threads 1 --api-key test-key --served-model-name node-test "$@" 2>"$log" &
+  "$tandem" serve "$dir" --port 0 --threads 1 --api-key test-key --served-model-name node-test "$@" 2>"$log" &
   pids+=($!)
   for _ in $(seq 300); do
     kill -0 "${pids[-1]}" 2>/dev/null || break
@@ -45,10 +49,24 @@ start_server() {
   cat "$log"; echo "error: tandem serve did not become ready"; exit 1
 }
 
-start_server server.log; main_port=$port
-TANDEM_FAULT=step-throw@3 start_server faulty.log; faulty_port=$port
+# The Gemma 4 folder as tests/test_util.cpp's vision_model_dir makes it, its
+# context raised from 256 so that a conversation with a call and its result fits.
+fixtures=$(cd "$here/../fixtures" && pwd)
+gemma="$work/gemma4-tools"
+rm -rf "$gemma" && mkdir -p "$gemma"
+sed 's/"max_position_embeddings": 256,/"max_position_embeddings": 1024,/' \
+  "$fixtures/parity/gemma4-f32/config.json" >"$gemma/config.json"
+ln -s "$fixtures/parity/gemma4-f32/model.safetensors" "$fixtures"/vision/gemma4/tokenizer/* "$gemma/"
+echo '{"image_processor_type": "Gemma4ImageProcessor", "max_soft_tokens": 70}' >"$gemma/preprocessor_config.json"
+forced='<|channel>thought
+The user wants the weather in Paris.<channel|><|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_response>'
 
-node client.mjs "http://127.0.0.1:$main_port/v1" "http://127.0.0.1:$faulty_port/v1"
+start_server server.log "$model"; main_port=$port
+TANDEM_FAULT=step-throw@3 start_server faulty.log "$model"; faulty_port=$port
+TANDEM_FORCE_OUTPUT="$forced" start_server tools.log "$gemma"; tools_port=$port
+
+node client.mjs "http://127.0.0.1:$main_port/v1" "http://127.0.0.1:$faulty_port/v1" \
+  "http://127.0.0.1:$tools_port/v1" "$fixtures/vision/gemma4/input_0.png"
 
 # SIGTERM: the server drains and exits 0.
 kill -TERM "${pids[0]}"

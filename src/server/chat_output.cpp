@@ -1,0 +1,46 @@
+#include "server/chat_output.h"
+
+#include <random>
+
+namespace tandem::server {
+
+namespace {
+
+std::string tool_call_id() {
+  static constexpr char kAlphabet[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof kAlphabet - 1)];
+  return id;
+}
+
+}  // namespace
+
+void ChatOut::append(ChatOut o) {
+  reasoning += o.reasoning;
+  content += o.content;
+  for (OutputToolCall& c : o.calls) calls.push_back(std::move(c));
+}
+
+ChatOutput::ChatOutput(const ChatOutputConfig& c)
+    : parser_(c.reasoning, c.starts_in_reasoning, c.tools), parallel_(c.parallel_tool_calls) {}
+
+ChatOut ChatOutput::push(std::string_view text) {
+  return convert(parser_.push(text));
+}
+
+ChatOut ChatOutput::finish() {
+  return convert(parser_.flush());
+}
+
+ChatOut ChatOutput::convert(text::ChatDelta d) {
+  ChatOut out{std::move(d.reasoning), std::move(d.content), {}};
+  for (text::ToolCall& c : d.calls) {
+    if (!parallel_ && calls_ > 0) break;
+    out.calls.push_back({calls_++, tool_call_id(), std::move(c.name), std::move(c.arguments)});
+  }
+  return out;
+}
+
+}  // namespace tandem::server
