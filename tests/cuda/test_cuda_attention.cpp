@@ -1,0 +1,163 @@
+// The attention half of a layer on the GPU against the CPU backend: paged
+// attention (GQA, sliding window, soft-cap, bidirectional key_end, shuffled
+// block tables, head dims up to 512), RoPE, and the KV write.
+// Tolerances: attention |gpu - cpu| ≤ 2e-5 + 2e-5·|cpu| (online vs two-pass
+// softmax); RoPE ≤ 1e-5 · (|a| + |b|) (sincosf vs libm); KV write exact.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#include "core/thread_pool.h"
+#include "model/rope.h"
+
+using namespace tandem;
+
+namespace {
+
+class CudaAttention : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+  }
+};
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+template <class T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer b(std::max<size_t>(1, v.size()) * sizeof(T));
+  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+std::vector<float> download(const cuda::DeviceBuffer& b, size_t n) {
+  std::vector<float> v(n);
+  cudaDeviceSynchronize();
+  b.download(v.data(), n * sizeof(float));
+  return v;
+}
+
+struct Case {
+  int64_t heads, kv_heads, head_dim, ctx, n, window;
+  float softcap;
+  bool bidirectional;
+};
+
+TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
+  ThreadPool pool(2);
+  const int64_t block_size = 16;
+  for (const Case& c :
+       {Case{4, 2, 32, 40, 1, 0, 0.f, false}, Case{8, 8, 64, 300, 5, 0, 0.f, false},
+        Case{4, 1, 256, 77, 3, 16, 0.f, false}, Case{2, 2, 512, 50, 2, 0, 50.f, false},
+        Case{4, 2, 96, 64, 20, 0, 0.f, true}, Case{6, 3, 80, 33, 33, 8, 0.f, false}}) {
+    const int64_t kv_dim = c.kv_heads * c.head_dim, q_dim = c.heads * c.head_dim;
+    const int64_t nblocks = (c.ctx + block_size - 1) / block_size;
+    // Blocks in shuffled order inside a pool with spare blocks.
+    std::vector<int32_t> table(static_cast<size_t>(nblocks));
+    std::iota(table.begin(), table.end(), 3);
+    std::shuffle(table.begin(), table.end(), std::mt19937(9));
+    const int64_t pool_blocks = nblocks + 5;
+    const auto k = randn(size_t(pool_blocks * block_size * kv_dim), 1);
+    const auto v = randn(size_t(pool_blocks * block_size * kv_dim), 2);
+    const auto q = randn(size_t(c.n * q_dim), 3);
+    const int64_t pos0 = c.ctx - c.n;
+    std::vector<int64_t> key_end(size_t(c.n));
+    for (int64_t t = 0; t < c.n; ++t)  // bidirectional: the first half sees the whole chunk
+      key_end[size_t(t)] = c.bidirectional && t < c.n / 2 ? c.ctx : pos0 + t + 1;
+
+    cpu::AttentionParams cp;
+    cp.heads = c.heads;
+    cp.kv_heads = c.kv_heads;
+    cp.head_dim = c.head_dim;
+    cp.scale = 1.f / std::sqrt(float(c.head_dim));
+    cp.softcap = c.softcap;
+    cp.window = c.window;
+    cp.k_base = k.data();
+    cp.v_base = v.data();
+    cp.blocks = table.data();
+    cp.block_size = block_size;
+    cp.key_end = c.bidirectional ? key_end.data() : nullptr;
+    std::vector<float> want(size_t(c.n * q_dim));
+    cpu::attention(pool, q.data(), pos0, c.n, cp, want.data());
+
+    auto dk = upload(k), dv = upload(v), dq = upload(q), dt = upload(table), de = upload(key_end);
+    cuda::DeviceBuffer dout(want.size() * sizeof(float));
+    cuda::PagedAttention gp;
+    gp.heads = c.heads;
+    gp.kv_heads = c.kv_heads;
+    gp.head_dim = c.head_dim;
+    gp.scale = cp.scale;
+    gp.softcap = c.softcap;
+    gp.window = c.window;
+    gp.k_base = dk.as<float>();
+    gp.v_base = dv.as<float>();
+    gp.blocks = dt.as<int32_t>();
+    gp.block_size = block_size;
+    gp.key_end = c.bidirectional ? de.as<int64_t>() : nullptr;
+    cuda::attention_paged(dq.as<float>(), pos0, c.n, gp, dout.as<float>(), nullptr);
+    const auto got = download(dout, want.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 2e-5 * std::fabs(want[i])) && bad++ < 3)
+        ADD_FAILURE() << "H" << c.heads << " K" << c.kv_heads << " Dh" << c.head_dim << " ctx "
+                      << c.ctx << " [" << i << "] gpu " << got[i] << " cpu " << want[i];
+    EXPECT_EQ(bad, 0u) << "head_dim " << c.head_dim;
+  }
+}
+
+TEST_F(CudaAttention, RopeMatchesCpu) {
+  RopeSpec spec;
+  spec.theta = 10000.0;
+  for (double partial : {1.0, 0.25}) {
+    spec.partial_rotary_factor = partial;
+    spec.type = partial < 1 ? RopeType::Proportional : RopeType::Default;
+    const int64_t head_dim = 128, heads = 3, n = 9;
+    const RopeTable table = make_rope_table(spec, head_dim);
+    const auto x = randn(size_t(n * heads * head_dim), 4);
+    std::vector<int64_t> positions = {0, 1, 2, 17, 255, 1000, 4095, 20000, 32767};
+    std::vector<float> want = x;
+    for (int64_t t = 0; t < n; ++t)
+      apply_rope(table, positions[size_t(t)], want.data() + t * heads * head_dim, heads, head_dim);
+    auto dx = upload(x), dp = upload(positions), df = upload(table.inv_freq);
+    cuda::rope_rotate_half(dx.as<float>(), n, heads, head_dim, dp.as<int64_t>(), df.as<float>(),
+                           table.rotary_dim, table.attention_scaling, nullptr);
+    const auto got = download(dx, x.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (std::fabs(x[i]) + 4.0))
+          << "partial " << partial << " [" << i << "]";
+  }
+}
+
+TEST_F(CudaAttention, KvWriteFillsThePagedRows) {
+  const int64_t kv_dim = 24, block_size = 16, n = 21, pos0 = 13;
+  const std::vector<int32_t> table = {4, 0, 2};  // positions 0..47
+  const auto rows = randn(size_t(n * kv_dim), 5);
+  cuda::DeviceBuffer base(size_t(5 * block_size * kv_dim) * sizeof(float));
+  cudaMemset(base.get(), 0, base.bytes());
+  auto dr = upload(rows), dt = upload(table);
+  cuda::kv_write(dr.as<float>(), pos0, n, kv_dim, base.as<float>(), dt.as<int32_t>(), 0, block_size,
+                 nullptr);
+  const auto got = download(base, size_t(5 * block_size * kv_dim));
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t pos = pos0 + t;
+    const float* dst =
+        got.data() + (table[size_t(pos / block_size)] * block_size + pos % block_size) * kv_dim;
+    for (int64_t i = 0; i < kv_dim; ++i) ASSERT_EQ(dst[i], rows[size_t(t * kv_dim + i)]);
+  }
+}
+
+}  // namespace
