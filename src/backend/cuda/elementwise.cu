@@ -69,7 +69,59 @@ __global__ void embed_kernel(const uint16_t* __restrict__ table, int64_t dim,
     o[i] = __uint_as_float(uint32_t(row[i]) << 16) * scale;
 }
 
+__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t n,
+                                int64_t dim) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n * dim;
+       i += int64_t(gridDim.x) * kThreads)
+    y[i] += b[i % dim];
+}
+
+__global__ void add_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * kThreads)
+    y[i] += x[i];
+}
+
+__global__ void scale_kernel(float* __restrict__ x, int64_t n, float s) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * kThreads)
+    x[i] *= s;
+}
+
+__global__ void embed_f32_kernel(const float* __restrict__ table, int64_t dim,
+                                 const int32_t* __restrict__ ids, float scale,
+                                 float* __restrict__ out) {
+  const float* row = table + int64_t(ids[blockIdx.x]) * dim;
+  float* o = out + int64_t(blockIdx.x) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = row[i] * scale;
+}
+
 }  // namespace
+
+void add_bias(float* y, const float* b, int64_t n, int64_t dim, cudaStream_t stream) {
+  if (n <= 0 || dim <= 0) return;
+  add_bias_kernel<<<blocks_for(n * dim), kThreads, 0, stream>>>(y, b, n, dim);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream) {
+  if (n <= 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, s);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void embed_rows_f32(const float* table, int64_t dim, const int32_t* ids, int64_t n, float scale,
+                    float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  embed_f32_kernel<<<unsigned(n), kThreads, 0, stream>>>(table, dim, ids, scale, out);
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
              cudaStream_t stream) {

@@ -109,7 +109,42 @@ void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, f
   gemv_bf16_vec<N, kRows, kUnroll><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(W, rows, cols, x, y);
 }
 
+// f32 weights: one warp per row, float4 loads (cols % 4 == 0) or scalar.
+__global__ void gemv_f32_kernel(const float* __restrict__ W, int64_t rows, int64_t cols,
+                                const float* __restrict__ x, int64_t n, float* __restrict__ y,
+                                bool vec) {
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float* w = W + row * cols;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * cols;
+    float acc = 0.f;
+    if (vec) {
+      for (int64_t c = lane; c < cols / 4; c += 32) {
+        const float4 a = __ldg(reinterpret_cast<const float4*>(w) + c);
+        const float4 b = __ldg(reinterpret_cast<const float4*>(xt) + c);
+        acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+      }
+    } else {
+      for (int64_t c = lane; c < cols; c += 32) acc += w[c] * xt[c];
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[t * rows + row] = acc;
+  }
+}
+
 }  // namespace
+
+void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
+              cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return;
+  const bool vec = cols % 4 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const unsigned blocks = unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  gemv_f32_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(W, rows, cols, x, n, y, vec);
+  CUDA_CHECK(cudaGetLastError());
+}
 
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
                cudaStream_t stream) {

@@ -18,6 +18,20 @@ namespace tandem::cuda {
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
                cudaStream_t stream);
 
+// The same over f32 weights (W: [rows, cols] f32).
+void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
+              cudaStream_t stream);
+
+// y[t, i] += b[i] for t < n, i < dim.
+void add_bias(float* y, const float* b, int64_t n, int64_t dim, cudaStream_t stream);
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
+// x[i] *= s
+void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream);
+// out[t] = table[ids[t]] · scale, f32 rows.
+void embed_rows_f32(const float* table, int64_t dim, const int32_t* ids, int64_t n, float scale,
+                    float* out, cudaStream_t stream);
+
 // y[t] = x[t] · rsqrt(mean(x[t]²) + eps) · w over n rows of dim (in place
 // allowed); w already holds Gemma's +1; null w: no weight.
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
