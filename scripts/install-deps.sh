@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libpcre2-dev
-  libcpp-httplib-dev libstb-dev libwebp-dev libcurl4-openssl-dev
+  libcpp-httplib-dev libstb-dev libwebp-dev libcurl4-openssl-dev libssl-dev
   clang libclang-rt-14-dev
   nodejs
 )

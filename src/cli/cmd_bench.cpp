@@ -22,17 +22,18 @@ struct BenchOptions {
   int decode_tokens = 32;
   int threads = 0;
   double peak_gbs = 0.0;
+  std::string quantize;
 };
 
-// Bytes a decode step must read: every matmul weight once, one embedding row,
-// and the K and V rows attended to at position `pos` in every layer.
+// Bytes a decode step must read: every matmul weight once (quantized: codes,
+// scales and biases), one embedding row, and the K and V rows attended to at
+// position `pos` in every layer.
 double decode_bytes(const Model& m, int64_t pos) {
   const ModelSpec& s = m.spec;
   const Weights& w = m.weights;
-  double bytes = double(w.head.nbytes()) + double(s.hidden * dtype_size(w.embed.dtype));
-  if (s.ple_dim > 0)
-    bytes += double(w.ple_model_proj.nbytes()) +
-             double(s.layers * s.ple_dim * dtype_size(w.ple_embed.dtype));
+  auto row = [](const WeightMatrix& x) { return double(x.nbytes()) / double(x.rows); };
+  double bytes = double(w.head.nbytes()) + row(w.embed);
+  if (s.ple_dim > 0) bytes += double(w.ple_model_proj.nbytes()) + row(w.ple_embed);
   for (int64_t l = 0; l < s.layers; ++l) {
     const LayerWeights& lw = w.layers[size_t(l)];
     for (const WeightMatrix* x :
@@ -54,7 +55,7 @@ int run_bench(const BenchOptions& o) {
   // the weights become resident and stays out of the RSS figure below.
   double peak = o.peak_gbs;
   if (peak <= 0.0) peak = cpu::measure_read_bandwidth(pool);
-  auto model = load_model_verbose(o.model);
+  auto model = load_model_verbose(o.model, quantize_options(o.quantize));
   const ModelSpec& s = model->spec;
 
   std::mt19937 rng(1);
@@ -88,21 +89,22 @@ int run_bench(const BenchOptions& o) {
   const double prefill_tps = o.prompt_tokens / (t1 - t0);
   const double decode_tps = o.decode_tokens / (t2 - t1);
   const double gbs = bytes / (t2 - t1) / 1e9;
-  std::printf("model        %s (%s, %s weights)\n", o.model.c_str(), s.arch.c_str(),
-              std::string(dtype_name(model->weights.layers[0].q.dtype)).c_str());
-  std::printf("machine      %d threads, ISA %s, measured read bandwidth %.1f GB/s%s\n", pool.size(),
-              std::string(cpu::active_isa()).c_str(), peak, o.peak_gbs > 0 ? " (given)" : "");
+  std::printf("model        %s (%s, %s weights, %.2f GB)\n", o.model.c_str(), s.arch.c_str(),
+              weight_format_name(*model).c_str(), double(model_weight_bytes(*model)) / 1e9);
+  std::printf(
+      "machine      %d threads, ISA %s (quantized kernels %s), measured read bandwidth "
+      "%.1f GB/s%s\n",
+      pool.size(), std::string(cpu::active_isa()).c_str(),
+      std::string(cpu::active_quant_isa()).c_str(), peak, o.peak_gbs > 0 ? " (given)" : "");
   std::printf("prefill      %d tokens: %.1f tok/s\n", o.prompt_tokens, prefill_tps);
   std::printf("decode       %d tokens: %.2f tok/s, %.1f GB/s, %.0f%% of measured bandwidth\n",
               o.decode_tokens, decode_tps, gbs, 100.0 * gbs / peak);
-  uint64_t weight_bytes = 0;
-  for (const auto& name : model->checkpoint.names())
-    weight_bytes += model->checkpoint.get(name).nbytes();
+  const uint64_t weight_bytes = model_weight_bytes(*model);
   const double rss = double(peak_rss_bytes());
   std::printf(
-      "memory       peak RSS %.2f GB = weights %.2f GB (mmapped) + KV cache %.1f MB + %.0f MB "
-      "other\n",
-      rss / 1e9, weight_bytes / 1e9, kv_pool.bytes() / 1e6,
+      "memory       peak RSS %.2f GB = weights %.2f GB (%.2f GB converted at load, the rest "
+      "mmapped) + KV cache %.1f MB + %.0f MB other\n",
+      rss / 1e9, weight_bytes / 1e9, double(model->owned_bytes) / 1e9, kv_pool.bytes() / 1e6,
       (rss - double(weight_bytes) - double(kv_pool.bytes())) / 1e6);
   return 0;
 }
@@ -118,6 +120,7 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_option("--peak-gbs", o->peak_gbs,
                   "Memory read bandwidth to compare with (default: measure it)");
+  add_quantize_option(cmd, o->quantize);
   return [o] { return run_bench(*o); };
 }
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "catalog/resolve.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
@@ -25,6 +26,7 @@ struct RunOptions {
   float temperature = 0.0f;
   uint64_t seed = 0;
   int threads = 0;
+  std::string quantize;  // --quantize q4|q8
   bool json = false;
   bool ignore_eos = false;
   bool chat = false;
@@ -37,6 +39,7 @@ struct LogitsOptions {
   std::vector<std::string> images;
   bool all = false;
   int threads = 0;
+  std::string quantize;  // --quantize q4|q8
 };
 
 // The prompt ids of `run`: --ids as given (image placeholders already
@@ -81,7 +84,7 @@ int run_generate(const RunOptions& o) {
         "with --ids 1,2,3 instead",
         o.model.c_str());
   const text::Tokenizer* tok = model_text ? &model_text->tokenizer() : nullptr;
-  auto model = load_model_verbose(o.model);
+  auto model = load_model_verbose(o.model, quantize_options(o.quantize));
   std::unique_ptr<VisionTower> tower;
   std::vector<PreparedImage> prepared;
   if (!o.images.empty()) {
@@ -141,7 +144,7 @@ int run_generate(const RunOptions& o) {
 
 int run_logits(const LogitsOptions& o) {
   std::vector<int32_t> ids = parse_id_list(o.ids, "--ids");
-  auto model = load_model_verbose(o.model);
+  auto model = load_model_verbose(o.model, quantize_options(o.quantize));
   ThreadPool pool(o.threads);
   const int64_t n = int64_t(ids.size()), V = model->spec.vocab;
   KvPool kv_pool = single_sequence_pool(model->spec, n, Decoder::kDefaultStepTokens);
@@ -169,7 +172,10 @@ int run_logits(const LogitsOptions& o) {
 Runner add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate a continuation of a prompt");
-  cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
+  cmd->add_option("model", o->model,
+                  "Model: a folder, an alias (tandem models) or org/name[@revision], downloaded "
+                  "when missing")
+      ->required();
   auto* prompt =
       cmd->add_option("--prompt", o->prompt, "Prompt text (tokenized with the model's tokenizer)");
   auto* ids = cmd->add_option("--ids", o->ids, "Prompt as comma-separated token ids");
@@ -180,6 +186,7 @@ Runner add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed for sampling")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  add_quantize_option(cmd, o->quantize);
   cmd->add_flag("--json", o->json, "Print {\"ids\": [...], \"text\": \"...\"} as JSON");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_flag("--chat", o->chat,
@@ -191,13 +198,18 @@ Runner add_run_command(CLI::App& app) {
                   "(e.g. <start_of_image>, [IMG]); with --ids the ids must hold its expanded "
                   "placeholders")
       ->check(CLI::ExistingFile);
-  return [o] { return run_generate(*o); };
+  return [o] {
+    o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/true);
+    return run_generate(*o);
+  };
 }
 
 Runner add_logits_command(CLI::App& app) {
   auto o = std::make_shared<LogitsOptions>();
   auto* cmd = app.add_subcommand("logits", "Print the logits of a sequence of token ids as JSON");
-  cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
+  cmd->add_option("model", o->model,
+                  "Model: a folder, or a downloaded alias or org/name[@revision]")
+      ->required();
   cmd->add_option("--ids", o->ids, "Comma-separated token ids")->required();
   cmd->add_flag("--all", o->all, "Every position's logits, not only the last");
   cmd->add_option("--image", o->images,
@@ -205,7 +217,11 @@ Runner add_logits_command(CLI::App& app) {
                   "Gemma 3, Gemma 4, Mistral 3)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
-  return [o] { return run_logits(*o); };
+  add_quantize_option(cmd, o->quantize);
+  return [o] {
+    o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/false);
+    return run_logits(*o);
+  };
 }
 
 }  // namespace tandem::cli

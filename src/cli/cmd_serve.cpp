@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "catalog/resolve.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
@@ -31,6 +32,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  std::string quantize;  // --quantize q4|q8
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 0;
@@ -226,10 +228,13 @@ int run_serve(const ServeOptions& o) {
   std::fprintf(stderr, "tandem serve: listening on %s (503 until the model is loaded)\n",
                srv.url().c_str());
 
-  std::unique_ptr<Model> model = load_model_verbose(o.model);
+  // A name is resolved (and downloaded when missing) once the port is held,
+  // so a port in use fails at once; /health says "loading" meanwhile.
+  const std::string dir = catalog::resolve_model_arg(o.model, /*allow_download=*/true);
+  std::unique_ptr<Model> model = load_model_verbose(dir, quantize_options(o.quantize));
   // The tokenizer and chat template, when the folder has them: without a
   // tokenizer, prompts must be token ids and responses carry ids only.
-  std::unique_ptr<server::ModelText> text = server::ModelText::load(o.model);
+  std::unique_ptr<server::ModelText> text = server::ModelText::load(dir);
   if (!text)
     std::fprintf(stderr,
                  "tandem serve: warning: %s has no tokenizer.json or tekken.json; prompts must be "
@@ -277,10 +282,14 @@ int run_serve(const ServeOptions& o) {
 Runner add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve a model over the OpenAI HTTP API");
-  cmd->add_option("model", o->model, "Model folder (config.json + *.safetensors)")->required();
+  cmd->add_option("model", o->model,
+                  "Model: a folder, an alias (tandem models) or org/name[@revision], downloaded "
+                  "when missing")
+      ->required();
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads for the model (default: all cores)");
+  add_quantize_option(cmd, o->quantize);
   cmd->add_option("--max-concurrent", o->max_concurrent,
                   "Requests running or queued at once; more get 503 with Retry-After")
       ->capture_default_str();
@@ -321,7 +330,10 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-thinking", o->no_thinking,
                 "Chat templates get enable_thinking=false unless a request sets it "
                 "(chat_template_kwargs.enable_thinking or enable_thinking)");
-  return [o] { return run_serve(*o); };
+  return [o] {
+    if (o->served_model_name.empty()) o->served_model_name = catalog::model_display_name(o->model);
+    return run_serve(*o);
+  };
 }
 
 }  // namespace tandem::cli

@@ -17,5 +17,13 @@ Runner add_serve_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
 Runner add_detokenize_command(CLI::App& app);
 Runner add_template_command(CLI::App& app);
+Runner add_quantize_command(CLI::App& app);
+Runner add_models_command(CLI::App& app);
+Runner add_info_command(CLI::App& app);
+Runner add_pull_command(CLI::App& app);
+Runner add_rm_command(CLI::App& app);
+Runner add_alias_command(CLI::App& app);
+Runner add_chat_command(CLI::App& app);
+Runner add_doctor_command(CLI::App& app);
 
 }  // namespace tandem::cli

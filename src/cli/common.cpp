@@ -35,10 +35,75 @@ double now_seconds() {
   return monotonic_seconds();
 }
 
-std::unique_ptr<Model> load_model_verbose(const std::string& dir) {
+void add_quantize_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--quantize", value,
+                  "Quantize the weights at load: q4 or q8 (MLX affine, group size 64; matmuls "
+                  "then run on int8 activations)");
+}
+
+LoadOptions quantize_options(const std::string& value) {
+  LoadOptions o;
+  if (value.empty() || value == "none") return o;
+  if (value == "q4")
+    o.quantize_bits = 4;
+  else if (value == "q8")
+    o.quantize_bits = 8;
+  else
+    fail("--quantize: \"%s\" is not q4 or q8", value.c_str());
+  return o;
+}
+
+namespace {
+
+// Every matrix and embedding of the model (the tied head once).
+std::vector<const WeightMatrix*> all_matrices(const Model& m) {
+  const Weights& w = m.weights;
+  std::vector<const WeightMatrix*> out = {&w.embed, &w.ple_embed, &w.ple_model_proj};
+  if (w.head.data != w.embed.data) out.push_back(&w.head);
+  for (const LayerWeights& l : w.layers)
+    for (const WeightMatrix* x :
+         {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate, &l.ple_proj})
+      out.push_back(x);
+  return out;
+}
+
+}  // namespace
+
+uint64_t model_weight_bytes(const Model& model) {
+  uint64_t bytes = 0;
+  for (const WeightMatrix* x : all_matrices(model))
+    if (x->data) bytes += x->nbytes();
+  return bytes;
+}
+
+std::string weight_format_name(const Model& model) {
+  std::string name;
+  for (const WeightMatrix* x : all_matrices(model)) {
+    if (!x->data) continue;
+    std::string n = std::string(dtype_name(x->dtype));
+    if (x->format == WeightFormat::Affine)
+      n = "affine " + std::to_string(x->bits) + "-bit, group " + std::to_string(x->group_size) +
+          ", " + n + " scales";
+    if (name.empty())
+      name = n;
+    else if (name != n && name.find("mixed") == std::string::npos)
+      name = "mixed: " + name + " + " + n;
+  }
+  return name;
+}
+
+std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOptions& options) {
   const double t0 = now_seconds();
-  auto model = load_model(dir);
+  auto model = load_model(dir, options);
   const Checkpoint& ckpt = model->checkpoint;
+  if (options.quantize_bits) {
+    // Quantizing read every weight it replaced, and the rest were converted;
+    // touching the mapping again would only make the replaced pages resident.
+    std::fprintf(stderr, "loaded %s: %s, quantized at load to %d-bit (%.2f GB) in %.1f s\n",
+                 dir.c_str(), model->spec.arch.c_str(), options.quantize_bits,
+                 double(model->owned_bytes) / 1e9, now_seconds() - t0);
+    return model;
+  }
   const auto names = ckpt.names();
   uint64_t total = 0;
   for (const auto& n : names) total += ckpt.get(n).nbytes();

@@ -1,6 +1,7 @@
 // Helpers shared by the CLI commands.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,8 +15,19 @@ namespace tandem::cli {
 std::vector<int32_t> parse_id_list(const std::string& text, const char* flag);
 
 // Loads a model folder, touching every weight page once (so the first token
-// is not slowed by page faults) with a progress line on stderr.
-std::unique_ptr<Model> load_model_verbose(const std::string& dir);
+// is not slowed by page faults) with a progress line on stderr. `options`
+// converts weights at load (--quantize).
+std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOptions& options = {});
+
+// Registers --quantize q4|q8 on a command that loads a model.
+void add_quantize_option(CLI::App* cmd, std::string& value);
+// The LoadOptions of a --quantize value ("" = none); Error on anything else.
+LoadOptions quantize_options(const std::string& value);
+
+// Bytes of the weights the model reads (mapped and converted), and a short
+// description of their storage ("BF16", "affine 4-bit, group 64", "mixed").
+uint64_t model_weight_bytes(const Model& model);
+std::string weight_format_name(const Model& model);
 
 // Peak resident memory of this process in bytes (VmHWM), 0 if unknown.
 uint64_t peak_rss_bytes();

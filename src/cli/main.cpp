@@ -23,6 +23,14 @@ int main(int argc, char** argv) {
   add(tandem::cli::add_tokenize_command);
   add(tandem::cli::add_detokenize_command);
   add(tandem::cli::add_template_command);
+  add(tandem::cli::add_quantize_command);
+  add(tandem::cli::add_models_command);
+  add(tandem::cli::add_info_command);
+  add(tandem::cli::add_pull_command);
+  add(tandem::cli::add_rm_command);
+  add(tandem::cli::add_alias_command);
+  add(tandem::cli::add_chat_command);
+  add(tandem::cli::add_doctor_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

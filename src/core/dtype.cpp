@@ -7,11 +7,14 @@ namespace tandem {
 size_t dtype_size(DType t) {
   switch (t) {
     case DType::F32:
-    case DType::I32: return 4;
+    case DType::I32:
+    case DType::U32: return 4;
     case DType::F16:
     case DType::BF16: return 2;
     case DType::I64: return 8;
-    case DType::U8: return 1;
+    case DType::U8:
+    case DType::F8_E4M3:
+    case DType::F8_E5M2: return 1;
   }
   return 0;
 }
@@ -24,6 +27,9 @@ std::string_view dtype_name(DType t) {
     case DType::I32: return "I32";
     case DType::I64: return "I64";
     case DType::U8: return "U8";
+    case DType::U32: return "U32";
+    case DType::F8_E4M3: return "F8_E4M3";
+    case DType::F8_E5M2: return "F8_E5M2";
   }
   return "?";
 }
@@ -32,8 +38,9 @@ bool parse_dtype(std::string_view name, DType* out) {
   static constexpr struct {
     std::string_view name;
     DType type;
-  } kTable[] = {{"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
-                {"I32", DType::I32}, {"I64", DType::I64}, {"U8", DType::U8}};
+  } kTable[] = {{"F32", DType::F32}, {"F16", DType::F16},         {"BF16", DType::BF16},
+                {"I32", DType::I32}, {"I64", DType::I64},         {"U8", DType::U8},
+                {"U32", DType::U32}, {"F8_E4M3", DType::F8_E4M3}, {"F8_E5M2", DType::F8_E5M2}};
   for (const auto& e : kTable)
     if (e.name == name) {
       *out = e.type;

@@ -11,7 +11,9 @@
 
 namespace tandem {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8 };
+// U32 holds packed quantized codes (MLX); F8_E4M3 / F8_E5M2 are float8 weights
+// (only E4M3 is read, dequantized at load — see core/quant.h).
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8, U32, F8_E4M3, F8_E5M2 };
 
 size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...

@@ -25,15 +25,44 @@ struct TensorView {
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
 };
 
-// A weight matrix used by matmul: row-major [rows = out features, cols = in
-// features], each row contiguous, as PyTorch's nn.Linear stores it.
+// How a WeightMatrix stores its values. Every kernel entry point dispatches on
+// it, so a model never knows whether its weights are dense or quantized.
+enum class WeightFormat : uint8_t {
+  Dense,   // rows x cols elements of `dtype` (F32, F16 or BF16), row-major
+  Affine,  // MLX affine quantization ("mode": "affine"): unsigned `bits`-bit codes
+           // (4 or 8) packed little-end first into uint32 words, [rows, cols·bits/32];
+           // per group of `group_size` consecutive values of a row a scale and a bias
+           // in `dtype` ([rows, cols/group_size] each): w = scale · q + bias.
+  // Further kinds (GGUF Q4_0, Q8_0, Q4_K, Q6_K: self-contained blocks along each
+  // row at `data`, no separate scales) join here.
+};
+
+// A weight matrix used by matmul: [rows = out features, cols = in features],
+// each row contiguous, as PyTorch's nn.Linear stores it.
 struct WeightMatrix {
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;  // Dense: the element type; Affine: the type of scales and biases
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  WeightFormat format = WeightFormat::Dense;
+  int32_t bits = 0;              // Affine: 4 or 8
+  int32_t group_size = 0;        // Affine: 32, 64 or 128; divides cols
+  const void* scales = nullptr;  // Affine: [rows, cols / group_size] of dtype
+  const void* biases = nullptr;  // Affine: [rows, cols / group_size] of dtype
 
-  size_t nbytes() const { return size_t(rows * cols) * dtype_size(dtype); }
+  bool quantized() const { return format != WeightFormat::Dense; }
+  int64_t groups() const { return group_size > 0 ? cols / group_size : 0; }  // per row
+  // Bytes of `data` per row.
+  size_t row_bytes() const {
+    return format == WeightFormat::Affine ? size_t(cols) * size_t(bits) / 8
+                                          : size_t(cols) * dtype_size(dtype);
+  }
+  // Bytes one full pass reads: data, plus scales and biases.
+  size_t nbytes() const {
+    size_t n = row_bytes() * size_t(rows);
+    if (format == WeightFormat::Affine) n += 2 * size_t(rows * groups()) * dtype_size(dtype);
+    return n;
+  }
 };
 
 // Reads element i of a F32/F16/BF16 view as float.

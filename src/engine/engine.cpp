@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "backend/cpu/kernels.h"
 #include "core/clock.h"
@@ -94,7 +95,8 @@ struct Sequence {
   uint64_t index = 0;  // 1-based arrival number (fault injection)
   std::unique_ptr<TextStream> text;
   std::unique_ptr<StopMatcher> stop;
-  std::vector<float> logits;  // [V], valid after a step that fed its last token
+  std::unique_ptr<TokenConstraint> constraint;  // params.constraint's, for this sequence
+  std::vector<float> logits;                    // [V], valid after a step that fed its last token
 
   // Vision lane only: the images, how many are encoded, their soft tokens
   // (in order) and, once all are encoded, where they go in the prompt.
@@ -554,11 +556,21 @@ struct Engine::Impl {
       finish(seq, FinishReason::Stop);
       return 0;
     }
-    const int32_t id = n_out < forced.size()
-                           ? forced[n_out]
-                           : seq.sampler.sample(logits, spec.vocab, prompt, output);
+    TokenConstraint* constraint = forced.empty() ? seq.constraint.get() : nullptr;
+    if (constraint && !apply_constraint(seq, *constraint, logits)) return 0;
+    int32_t id = n_out < forced.size() ? forced[n_out]
+                                       : seq.sampler.sample(logits, spec.vocab, prompt, output);
     const bool eos = std::find(spec.eos_ids.begin(), spec.eos_ids.end(), id) != spec.eos_ids.end();
-    if (eos && !seq.params.ignore_eos) {
+    if (constraint && !eos && !constraint->accept(id)) {
+      // Only a sampler that picked a -inf token (rounding) gets here: take
+      // the best allowed token instead.
+      id = argmax(logits, spec.vocab);
+      if (!constraint->accept(id)) {
+        finish(seq, FinishReason::Error, "internal error: the output constraint rejected a token");
+        return 0;
+      }
+    }
+    if (eos && (constraint || !seq.params.ignore_eos)) {
       finish(seq, FinishReason::Stop);
       return 0;
     }
@@ -591,6 +603,40 @@ struct Engine::Impl {
     else if (seq.generated() >= seq.params.max_tokens || int64_t(seq.tokens.size()) >= max_context)
       finish(seq, FinishReason::Length);
     return 1;
+  }
+
+  // Masks the logits to the tokens the constraint allows. Returns false when
+  // the sequence ended instead: complete (nothing may follow: "stop") or
+  // stuck (nothing allowed: an error, never unconstrained output).
+  bool apply_constraint(Sequence& seq, TokenConstraint& c, float* logits) {
+    const ModelSpec& spec = model.spec;
+    const TokenConstraint::Allowed a = c.allowed();
+    if (!a.any_token) {
+      if (a.can_end)
+        finish(seq, FinishReason::Stop);
+      else
+        finish(seq, FinishReason::Error,
+               "the output constraint allows no token here (response_format cannot be "
+               "completed with this model's vocabulary)");
+      return false;
+    }
+    std::vector<std::pair<int32_t, float>> eos;
+    if (a.can_end)
+      for (int32_t id : spec.eos_ids)
+        if (id >= 0 && id < spec.vocab) eos.emplace_back(id, logits[id]);
+    const std::vector<uint64_t>& bits = *a.bits;
+    const int64_t covered = std::min<int64_t>(spec.vocab, int64_t(bits.size()) * 64);
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    for (int64_t w = 0; w * 64 < covered; ++w) {
+      const uint64_t word = bits[size_t(w)];
+      if (word == ~uint64_t(0)) continue;
+      const int64_t end = std::min<int64_t>(covered, (w + 1) * 64);
+      for (int64_t i = w * 64; i < end; ++i)
+        if (!((word >> (i & 63)) & 1)) logits[i] = kNegInf;
+    }
+    for (int64_t i = covered; i < spec.vocab; ++i) logits[i] = kNegInf;
+    for (auto [id, v] : eos) logits[id] = v;
+    return true;
   }
 
   // ---- watchdog ----
@@ -728,6 +774,7 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
     seq->text = params.keep_special.empty() ? m.streamer->start()
                                             : m.streamer->start_keeping(params.keep_special);
   if (!params.stop.empty()) seq->stop = std::make_unique<StopMatcher>(params.stop);
+  if (params.constraint) seq->constraint = params.constraint->start();
   std::shared_ptr<RequestHandle> handle;
   {
     std::lock_guard<std::mutex> lock(m.mu);

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 #include "engine/text_streamer.h"
 #include "model/model.h"
@@ -43,6 +44,14 @@ struct GenerationParams {
   // Special tokens whose text the stream keeps (TextStreamer::start_keeping):
   // the markers the server's reasoning and tool-call parsers read.
   std::vector<int32_t> keep_special;
+  // Constrained decoding (structured outputs): each step, tokens the
+  // sequence's constraint disallows get -inf before sampling (temperature,
+  // penalties and top-k/p apply to the rest); end-of-sequence is allowed
+  // only where the constraint may end, and forced (finish "stop") where
+  // nothing else may follow; a step where nothing is allowed fails the
+  // request. Logprobs are the model's, before the mask. Not applied while
+  // EngineConfig::forced_output is set. Null: unconstrained.
+  std::shared_ptr<const ConstraintFactory> constraint;
 };
 
 enum class FinishReason { None, Stop, Length, Error, Cancelled, Timeout };

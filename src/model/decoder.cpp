@@ -7,6 +7,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace tandem {
 
@@ -75,8 +76,8 @@ void Decoder::step(std::span<const SeqStep> batch) {
     fail("step: %lld tokens exceed the step budget of %lld", (long long)tokens,
          (long long)max_step_tokens_);
 
-  // Embeddings of every new token, sequences back to back.
-  const size_t row_bytes = size_t(D) * dtype_size(w.embed.dtype);
+  // Embeddings of every new token, sequences back to back (a quantized table's
+  // rows are dequantized).
   int64_t t = 0;
   for (const SeqStep& q : batch)
     for (int64_t i = 0; i < q.n; ++i, ++t) {
@@ -85,8 +86,7 @@ void Decoder::step(std::span<const SeqStep> batch) {
         std::copy(q.embeds[i], q.embeds[i] + D, h);
         continue;
       }
-      const auto* row = static_cast<const uint8_t*>(w.embed.data) + size_t(q.ids[i]) * row_bytes;
-      convert_to_f32(row, w.embed.dtype, D, h);
+      dequantize_row(w.embed, q.ids[i], h);
       if (w.embed_scale != 1.0f)
         for (int64_t j = 0; j < D; ++j) h[j] *= w.embed_scale;
     }
@@ -145,7 +145,6 @@ void Decoder::per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens) {
   const float proj_scale = 1.0f / std::sqrt(float(s.hidden));
   for (int64_t i = 0; i < tokens * LP; ++i) ple_[size_t(i)] *= proj_scale;
   cpu::rmsnorm(ple_.data(), w.ple_proj_norm.data(), tokens * s.layers, P, s.norm_eps, ple_.data());
-  const size_t row_bytes = size_t(LP) * dtype_size(w.ple_embed.dtype);
   std::vector<float> tok(static_cast<size_t>(LP));
   const float mix = 1.0f / std::sqrt(2.0f);
   int64_t t = 0;
@@ -157,8 +156,7 @@ void Decoder::per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens) {
       int64_t id = q.ids[i];
       if (q.embeds && q.embeds[i] && s.pad_id >= 0) id = s.pad_id;
       if (id >= s.ple_vocab) id = 0;
-      convert_to_f32(static_cast<const uint8_t*>(w.ple_embed.data) + size_t(id) * row_bytes,
-                     w.ple_embed.dtype, LP, tok.data());
+      dequantize_row(w.ple_embed, id, tok.data());
       float* row = ple_.data() + t * LP;
       for (int64_t j = 0; j < LP; ++j) row[j] = (row[j] + tok[size_t(j)] * w.ple_embed_scale) * mix;
     }
@@ -234,10 +232,14 @@ void Decoder::mlp_block(int64_t layer, int64_t tokens) {
   cpu::rmsnorm(h_.data(), lw.mlp_in_norm.data(), tokens, D, s.norm_eps, x_.data());
   linear(pool_, x_.data(), tokens, lw.gate, lw.gate_bias, gate_.data());
   linear(pool_, x_.data(), tokens, lw.up, lw.up_bias, up_.data());
-  if (s.activation == Activation::SiLU)
-    cpu::silu_mul(gate_.data(), up_.data(), tokens * F);
-  else
-    cpu::gelu_tanh_mul(gate_.data(), up_.data(), tokens * F);
+  // Element-wise, so split over the pool (libm's tanh/exp cost a quantized
+  // decode step as much as several of its matmuls on one thread).
+  pool_.parallel_for(tokens * F, 2048, [&](int64_t b, int64_t e) {
+    if (s.activation == Activation::SiLU)
+      cpu::silu_mul(gate_.data() + b, up_.data() + b, e - b);
+    else
+      cpu::gelu_tanh_mul(gate_.data() + b, up_.data() + b, e - b);
+  });
   linear(pool_, gate_.data(), tokens, lw.down, lw.down_bias, out_.data());
   if (!lw.mlp_out_norm.empty())
     cpu::rmsnorm(out_.data(), lw.mlp_out_norm.data(), tokens, D, s.norm_eps, out_.data());

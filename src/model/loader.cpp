@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/model.h"
+#include "model/quantized.h"
 
 namespace tandem {
 
@@ -17,7 +18,8 @@ const char* const kPrefixes[] = {"model.language_model.", "language_model.model.
 
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& ckpt, const ModelSpec& spec) : ckpt_(ckpt), spec_(spec) {
+  WeightReader(const Checkpoint& ckpt, const ModelSpec& spec, MatrixLoader& matrices)
+      : ckpt_(ckpt), spec_(spec), matrices_(matrices) {
     for (const char* p : kPrefixes)
       if (ckpt.has(std::string(p) + "embed_tokens.weight")) {
         prefix_ = p;
@@ -39,9 +41,10 @@ class WeightReader {
     return t;
   }
 
+  // A matrix in any stored form (dense, MLX-quantized, FP8), converted as the
+  // load options ask (model/quantized.h).
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
-    TensorView t = tensor(name, {rows, cols});
-    return WeightMatrix{t.dtype, t.data, rows, cols};
+    return matrices_.load(name, rows, cols);
   }
 
   // A norm weight in f32, with Gemma's +1 folded in.
@@ -62,6 +65,7 @@ class WeightReader {
  private:
   const Checkpoint& ckpt_;
   const ModelSpec& spec_;
+  MatrixLoader& matrices_;
   std::string prefix_;
 };
 
@@ -127,12 +131,15 @@ WeightMatrix read_head(const Checkpoint& ckpt, const WeightReader& r, const Mode
 
 }  // namespace
 
-std::unique_ptr<Model> load_model(const std::string& dir) {
-  auto model = std::make_unique<Model>(Model{load_model_spec(dir), Checkpoint::open(dir), {}});
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
+  auto model =
+      std::make_unique<Model>(Model{load_model_spec(dir), Checkpoint::open(dir), {}, {}, 0});
   const ModelSpec& s = model->spec;
-  WeightReader r(model->checkpoint, s);
+  MatrixLoader matrices(model->checkpoint, read_quant_config(dir), options.quantize_bits,
+                        options.quantize_group_size, model->owned, model->owned_bytes);
+  WeightReader r(model->checkpoint, s, matrices);
   Weights& w = model->weights;
-  w.embed = r.tensor(r.prefix() + "embed_tokens.weight", {s.vocab, s.hidden});
+  w.embed = r.matrix(r.prefix() + "embed_tokens.weight", s.vocab, s.hidden);
   if (s.scale_embeddings)  // transformers casts sqrt(D) to the weight dtype first
     w.embed_scale = round_to_dtype(std::sqrt(float(s.hidden)), w.embed.dtype);
   w.layers.reserve(size_t(s.layers));
@@ -140,15 +147,14 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
   w.final_norm = r.norm(r.prefix() + "norm.weight", s.hidden);
   if (s.ple_dim > 0) {
     w.ple_embed =
-        r.tensor(r.prefix() + "embed_tokens_per_layer.weight", {s.ple_vocab, s.layers * s.ple_dim});
+        r.matrix(r.prefix() + "embed_tokens_per_layer.weight", s.ple_vocab, s.layers * s.ple_dim);
     w.ple_embed_scale = round_to_dtype(std::sqrt(float(s.ple_dim)), w.ple_embed.dtype);
     w.ple_model_proj =
         r.matrix(r.prefix() + "per_layer_model_projection.weight", s.layers * s.ple_dim, s.hidden);
     // per_layer_projection_norm is an RMSNorm of the model's own style.
     w.ple_proj_norm = r.norm(r.prefix() + "per_layer_projection_norm.weight", s.ple_dim);
   }
-  w.head = s.tied_embeddings ? WeightMatrix{w.embed.dtype, w.embed.data, s.vocab, s.hidden}
-                             : read_head(model->checkpoint, r, s);
+  w.head = s.tied_embeddings ? w.embed : read_head(model->checkpoint, r, s);
   return model;
 }
 

@@ -148,14 +148,15 @@ struct LayerWeights {
 };
 
 struct Weights {
-  TensorView embed;                  // [V, D], read row by row
+  WeightMatrix embed;                // [V, D], read row by row (dequantize_row); may be quantized
   std::vector<LayerWeights> layers;  // [L]
   Vec final_norm;                    // [D]
   WeightMatrix head;                 // [V, D]; the embedding itself when tied
   float embed_scale = 1.0f;          // sqrt(D) rounded to embed's dtype, or 1
   // Gemma 4 per-layer embeddings (P = ple_dim), or empty.
-  TensorView ple_embed;          // [ple_vocab, L·P]
-  float ple_embed_scale = 1.0f;  // sqrt(P) rounded to ple_embed's dtype
+  WeightMatrix ple_embed;        // [ple_vocab, L·P], read row by row
+  float ple_embed_scale = 1.0f;  // sqrt(P) rounded to ple_embed's dtype (a quantized table's
+                                 // scale dtype)
   WeightMatrix ple_model_proj;   // [L·P, D] per_layer_model_projection
   Vec ple_proj_norm;             // [P]      per_layer_projection_norm
 };
@@ -165,11 +166,27 @@ struct Model {
   ModelSpec spec;
   Checkpoint checkpoint;  // owns the mappings the weights point into
   Weights weights;
+  // Buffers of weights converted at load (FP8 dequantized to bf16, weights
+  // quantized by LoadOptions::quantize_bits); the other weights view the
+  // checkpoint's mappings.
+  std::vector<std::unique_ptr<uint8_t[]>> owned;
+  uint64_t owned_bytes = 0;
+};
+
+// How load_model converts weights as it loads them.
+struct LoadOptions {
+  // 0: keep every weight as stored. 4 or 8: quantize every dense matrix and
+  // embedding whose row length the group size divides to MLX affine
+  // `quantize_bits` (--quantize q4|q8); already quantized ones are kept.
+  int quantize_bits = 0;
+  int quantize_group_size = 64;
 };
 
 // Loads config + weights of a checkpoint folder, checking that every tensor the
 // spec needs is present with the expected shape (Error names tensor, file,
-// expected and actual shape).
-std::unique_ptr<Model> load_model(const std::string& dir);
+// expected and actual shape). Weights may be dense (F32/F16/BF16), MLX
+// affine-quantized (a `.scales` tensor beside the weight; config.json's
+// "quantization"), or FP8 e4m3 with `weight_scale_inv` (dequantized to bf16).
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options = {});
 
 }  // namespace tandem

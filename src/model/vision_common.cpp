@@ -5,6 +5,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "model/quantized.h"
 
 namespace tandem::vision {
 
@@ -16,6 +17,8 @@ std::vector<float> read_f32(const Checkpoint& c, const std::string& name, const 
 }
 
 WeightMatrix read_matrix(const Checkpoint& c, const std::string& name, int64_t rows, int64_t cols) {
+  // A tower quantized by MLX (mlx-vlm can): viewed in place, matmul takes it.
+  if (c.has(module_of(name) + ".scales")) return view_affine(c, name, rows, cols);
   TensorView t = c.require(name, {rows, cols});
   return WeightMatrix{t.dtype, t.data, rows, cols};
 }

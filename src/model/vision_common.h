@@ -16,7 +16,8 @@ namespace tandem::vision {
 
 // A tensor of `shape` as f32 (any float dtype), or Error naming it.
 std::vector<float> read_f32(const Checkpoint& c, const std::string& name, const Shape& shape);
-// A [rows, cols] weight viewed in place, or Error naming it.
+// A [rows, cols] weight viewed in place (dense, or MLX-quantized with
+// .scales/.biases beside it), or Error naming it.
 WeightMatrix read_matrix(const Checkpoint& c, const std::string& name, int64_t rows, int64_t cols);
 // config["vision_config"], or Error: the checkpoint cannot take images.
 const nlohmann::json& vision_config(const Checkpoint& c, const nlohmann::json& config);

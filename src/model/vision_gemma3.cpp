@@ -6,6 +6,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
+#include "model/quantized.h"
 #include "model/vision_common.h"
 
 namespace tandem {
@@ -48,9 +49,9 @@ std::unique_ptr<Gemma3Vision> Gemma3Vision::load(const Checkpoint& ckpt,
   if (p.empty())
     fail("%s: no vision tower tensors (vision_tower.*embeddings.patch_embedding.weight)",
          ckpt.dir().c_str());
-  TensorView conv =
-      ckpt.require(p + "embeddings.patch_embedding.weight", {H, 3, v->patch_, v->patch_});
-  v->patch_embed_ = WeightMatrix{conv.dtype, conv.data, H, 3 * v->patch_ * v->patch_};
+  // OIHW (transformers) in place, or OHWI (MLX) permuted.
+  v->patch_embed_ = read_conv_weight(ckpt, p + "embeddings.patch_embedding.weight", H, 3, v->patch_,
+                                     v->patch_owned_);
   v->patch_bias_ = vision::read_f32(ckpt, p + "embeddings.patch_embedding.bias", {H});
   v->positions_ =
       vision::read_f32(ckpt, p + "embeddings.position_embedding.weight", {side * side, H});

@@ -46,9 +46,10 @@ class Gemma3Vision {
   int64_t hidden_ = 0, heads_ = 0, intermediate_ = 0, image_size_ = 0, patch_ = 0, tokens_ = 0;
   int64_t text_hidden_ = 0;
   float eps_ = 1e-6f;
-  WeightMatrix patch_embed_;       // [H, 3·p·p] in (c, ky, kx) order
-  std::vector<float> patch_bias_;  // [H]
-  std::vector<float> positions_;   // [N, H]
+  WeightMatrix patch_embed_;          // [H, 3·p·p] in (c, ky, kx) order
+  std::vector<uint8_t> patch_owned_;  // the OIHW copy of an OHWI (MLX) conv weight
+  std::vector<float> patch_bias_;     // [H]
+  std::vector<float> positions_;      // [N, H]
   std::vector<Layer> layers_;
   std::vector<float> post_w_, post_b_;  // [H]
   std::vector<float> soft_norm_;        // [H], 1 + w folded in

@@ -5,6 +5,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
+#include "model/quantized.h"
 #include "model/vision_common.h"
 
 namespace tandem {
@@ -45,8 +46,9 @@ std::unique_ptr<PixtralVision> PixtralVision::load(const Checkpoint& ckpt,
   if (p.empty())
     fail("%s: no Pixtral vision tower tensors (vision_tower.patch_conv.weight)",
          ckpt.dir().c_str());
-  TensorView conv = ckpt.require(p + "patch_conv.weight", {H, 3, v->patch_, v->patch_});
-  v->patch_embed_ = WeightMatrix{conv.dtype, conv.data, H, 3 * v->patch_ * v->patch_};
+  // OIHW (transformers) in place, or OHWI (MLX) permuted.
+  v->patch_embed_ =
+      read_conv_weight(ckpt, p + "patch_conv.weight", H, 3, v->patch_, v->patch_owned_);
   v->ln_pre_ = vision::read_f32(ckpt, p + "ln_pre.weight", {H});
   for (int64_t i = 0; i < layers; ++i) {
     const std::string l = p + "transformer.layers." + std::to_string(i) + ".";

@@ -50,7 +50,8 @@ class PixtralVision {
   bool mlp_silu_ = true;         // vision hidden_act: silu, else exact gelu
   bool projector_silu_ = false;  // projector_hidden_act: gelu (exact) unless silu
   float text_eps_ = 1e-5f;
-  WeightMatrix patch_embed_;  // [H, 3·p·p] in (c, ky, kx) order
+  WeightMatrix patch_embed_;          // [H, 3·p·p] in (c, ky, kx) order
+  std::vector<uint8_t> patch_owned_;  // the OIHW copy of an OHWI (MLX) conv weight
   std::vector<float> ln_pre_;
   std::vector<Layer> layers_;
   std::vector<float> proj_norm_;

@@ -18,6 +18,7 @@
 #include <random>
 
 #include "core/clock.h"
+#include "server/chat_dialect.h"
 #include "server/chat_images.h"
 #include "server/connection_probe.h"
 #include "server/openai_response.h"
@@ -76,6 +77,9 @@ TemplateInputs template_inputs(const ServerState& s, const OpenAIRequest& r,
     t.kwargs = *kw;
   std::optional<bool> thinking = r.enable_thinking;
   if (!thinking && s.options.no_thinking) thinking = false;
+  // Structured output starts with the JSON: a template that can skip the
+  // reasoning block (Qwen3) is told to, unless the request says otherwise.
+  if (!thinking && r.response_format.active()) thinking = false;
   if (thinking) t.kwargs["enable_thinking"] = *thinking;
   return t;
 }
@@ -124,7 +128,8 @@ Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine
 ChatOutputConfig output_config(const OpenAIRequest& r, PromptBuilder* builder, const Engine& engine,
                                const std::vector<int32_t>& prompt, GenerationParams& params) {
   ChatOutputConfig c;
-  if (r.endpoint != Endpoint::Chat || !builder) return c;
+  // With response_format the output is the constrained JSON, all content.
+  if (r.endpoint != Endpoint::Chat || !builder || r.response_format.active()) return c;
   const text::ChatFormat f = builder->chat_format();
   const bool tools =
       r.tool_choice.mode != ToolChoice::Mode::None && r.tools.is_array() && !r.tools.empty();
@@ -144,6 +149,22 @@ ChatOutputConfig output_config(const OpenAIRequest& r, PromptBuilder* builder, c
     tail += builder->token_text(prompt[i]);
   c.starts_in_reasoning = text::prompt_opens_reasoning(c.reasoning, tail);
   return c;
+}
+
+// The engine-side constraint of a request's response_format (the schema read
+// again from the body, in the client's key order: properties are written in
+// that order).
+std::shared_ptr<const ConstraintFactory> response_constraint(ServerState& s, const OpenAIRequest& r,
+                                                             const std::string& raw_body) {
+  PromptBuilder* builder = s.builder.load();
+  std::shared_ptr<const text::TokenVocab> vocab = builder ? builder->token_vocab() : nullptr;
+  if (!vocab)
+    throw ApiError(400, "unsupported_value", "response_format",
+                   "response_format needs the model's tokenizer, and this model folder has none");
+  nlohmann::ordered_json schema;
+  if (r.response_format.type == ResponseFormat::Type::JsonSchema)
+    schema = nlohmann::ordered_json::parse(raw_body)["response_format"]["json_schema"]["schema"];
+  return make_constraint(r.response_format, schema, vocab);
 }
 
 // The engine's refusal as an API error; `prompt_param` names the prompt
@@ -178,6 +199,12 @@ struct ActiveRequest {
   std::optional<GenerationEvent> pending;  // a stream's first event, read before the headers
   bool first_chunk = true;
   size_t text_offset = 0;
+  // Another API's wire shape (server/chat_dialect.h), or null for OpenAI's.
+  std::shared_ptr<ChatDialect> dialect;
+  int32_t prompt_tokens = 0;
+  std::vector<std::string> user_stops;  // the request's own stop strings
+  std::vector<int32_t> all_ids;         // dialect streams: the ids so far
+  bool opened = false;
 
   ActiveRequest(ServerState& state, std::shared_ptr<RequestHandle> h, ResponseContext c,
                 ConnectionProbe p, double t0)
@@ -241,6 +268,7 @@ struct ActiveRequest {
   // Appends the SSE chunks of one event; true at the end of the stream.
   bool append(const GenerationEvent& e, std::string& out) {
     const bool end = e.finish != FinishReason::None;
+    if (dialect) return append_dialect(e, out);
     if (output) {
       ChatOut parsed = output->push(e.text);
       if (end) parsed.append(output->finish());
@@ -260,6 +288,62 @@ struct ActiveRequest {
     if (e.finish == FinishReason::Error || e.finish == FinishReason::Timeout)
       out += sse_event(outcome_error(e.finish, e.error).body());
     out += kSseDone;
+    return true;
+  }
+
+  // The output parsed (all text is content when the format has no parser).
+  ChatOut parse(const GenerationEvent& e) {
+    ChatOut parsed;
+    if (output) {
+      parsed = output->push(e.text);
+      if (e.finish != FinishReason::None) parsed.append(output->finish());
+    } else {
+      parsed.content = e.text;
+    }
+    return parsed;
+  }
+
+  // Which of the request's stop strings ended it: the first one found in the
+  // generated tokens' text (the engine stops at the first match).
+  std::optional<std::string> matched_stop(const std::vector<int32_t>& ids) const {
+    PromptBuilder* builder = s.builder.load();
+    if (user_stops.empty() || !builder) return std::nullopt;
+    std::string raw;
+    for (int32_t id : ids) raw += builder->token_text(id);
+    size_t best = std::string::npos;
+    std::optional<std::string> which;
+    for (const std::string& stop : user_stops)
+      if (const size_t at = raw.find(stop); at < best) {
+        best = at;
+        which = stop;
+      }
+    return which;
+  }
+
+  DialectFinish finish_of(FinishReason reason, const std::string& error, int32_t prompt,
+                          int32_t completion, const std::vector<int32_t>& ids) const {
+    DialectFinish f;
+    f.reason = reason;
+    if (reason == FinishReason::Error || reason == FinishReason::Timeout)
+      f.error = outcome_error(reason, error);
+    f.prompt_tokens = prompt;
+    f.completion_tokens = completion;
+    f.tool_calls = output && output->calls() > 0;
+    if (reason == FinishReason::Stop) f.stop_sequence = matched_stop(ids);
+    return f;
+  }
+
+  bool append_dialect(const GenerationEvent& e, std::string& out) {
+    if (!opened) {
+      out += dialect->stream_open(prompt_tokens);
+      opened = true;
+    }
+    all_ids.insert(all_ids.end(), e.ids.begin(), e.ids.end());
+    const ChatOut parsed = parse(e);
+    if (!parsed.empty()) out += dialect->stream_delta(parsed);
+    if (e.finish == FinishReason::None) return false;
+    out += dialect->stream_close(
+        finish_of(e.finish, e.error, e.prompt_tokens, e.completion_tokens, all_ids));
     return true;
   }
 
@@ -309,6 +393,13 @@ void answer_whole(ActiveRequest& a, httplib::Response& res) {
   if (g.finish == FinishReason::Error || g.finish == FinishReason::Timeout)
     throw outcome_error(g.finish, g.error);
   res.status = 200;
+  if (a.dialect) {
+    ChatOut out = a.output ? g.parsed : ChatOut{{}, g.text, {}};
+    const DialectFinish f =
+        a.finish_of(g.finish, g.error, g.prompt_tokens, g.completion_tokens, g.ids);
+    res.set_content(dump_json(a.dialect->response(out, f)), "application/json");
+    return;
+  }
   res.set_content(dump_json(response_json(a.ctx, g)), "application/json");
 }
 
@@ -341,12 +432,11 @@ void write_error(httplib::Response& res, const ApiError& e) {
   res.set_content(dump_json(e.body()), "application/json");
 }
 
-void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request& req,
-                       httplib::Response& res) {
-  const double start = now_s();
-  const json body = parse_json_body(req.body);
-  // The model first: a request for another model is answered 404 whatever
-  // else is wrong with it, as OpenAI does.
+namespace {
+
+// The model check: a request for another model is answered 404 whatever
+// else is wrong with it, as OpenAI does.
+void check_model(const ServerState& s, const json& body) {
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) throw invalid_type("model", "a string");
     if (it->get<std::string>() != s.options.served_model_name)
@@ -355,6 +445,13 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
                          "' does not exist; this server serves '" + s.options.served_model_name +
                          "'");
   }
+}
+
+void run_generation(ServerState& s, Endpoint endpoint, const json& body, const std::string& raw,
+                    const httplib::Request& req, httplib::Response& res,
+                    std::shared_ptr<ChatDialect> dialect) {
+  const double start = now_s();
+  check_model(s, body);
   const double max_timeout = s.options.max_request_timeout_s;
   const OpenAIRequest r = endpoint == Endpoint::Chat ? parse_chat_request(body, max_timeout)
                                                      : parse_completion_request(body, max_timeout);
@@ -364,7 +461,7 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   if (!engine) throw unavailable("model_loading", "the model is still loading; retry shortly");
 
   const std::string prompt_param = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  Prompt prompt = build_prompt(s, r, *engine, req.body);
+  Prompt prompt = build_prompt(s, r, *engine, raw);
   if (int64_t(prompt.ids.size()) >= engine->max_context())
     throw ApiError(400, "context_length_exceeded", prompt_param,
                    "the prompt is " + std::to_string(prompt.ids.size()) +
@@ -376,6 +473,8 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_port);
   GenerationParams params = r.params;
   const ChatOutputConfig output = output_config(r, s.builder.load(), *engine, prompt.ids, params);
+  if (r.response_format.active()) params.constraint = response_constraint(s, r, req.body);
+  const int32_t prompt_tokens = int32_t(prompt.ids.size());
   std::shared_ptr<RequestHandle> handle;
   try {
     handle = engine->submit(std::move(prompt.ids), params, std::move(prompt.images));
@@ -385,7 +484,7 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
 
   ResponseContext ctx;
   ctx.endpoint = endpoint;
-  ctx.id = random_id(endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-");
+  ctx.id = dialect ? dialect->id() : random_id(endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-");
   ctx.created = unix_now();
   ctx.model = s.options.served_model_name;
   ctx.logprobs = r.logprobs;
@@ -394,11 +493,46 @@ void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request
   if (PromptBuilder* builder = s.builder.load())
     ctx.render = [builder](int32_t id) { return builder->token_text(id); };
   auto active = std::make_shared<ActiveRequest>(s, handle, std::move(ctx), probe, start);
+  active->dialect = std::move(dialect);
+  active->prompt_tokens = prompt_tokens;
+  active->user_stops = r.params.stop;
   res.set_header("X-Request-Id", handle->id());
   if (r.stream)
     answer_stream(active, res);
   else
     answer_whole(*active, res);
+}
+
+}  // namespace
+
+void handle_generation(ServerState& s, Endpoint endpoint, const httplib::Request& req,
+                       httplib::Response& res) {
+  run_generation(s, endpoint, parse_json_body(req.body), req.body, req, res, nullptr);
+}
+
+void handle_chat_dialect(ServerState& s, const nlohmann::ordered_json& chat_body,
+                         std::shared_ptr<ChatDialect> dialect, const httplib::Request& req,
+                         httplib::Response& res) {
+  const std::string raw = chat_body.dump();
+  run_generation(s, Endpoint::Chat, json::parse(raw), raw, req, res, std::move(dialect));
+}
+
+int32_t chat_prompt_tokens(ServerState& s, const nlohmann::ordered_json& chat_body) {
+  const std::string raw = chat_body.dump();
+  const json body = json::parse(raw);
+  check_model(s, body);
+  const OpenAIRequest r = parse_chat_request(body, s.options.max_request_timeout_s);
+  Engine* engine = s.engine.load();
+  if (!engine) throw unavailable("model_loading", "the model is still loading; retry shortly");
+  return int32_t(build_prompt(s, r, *engine, raw).ids.size());
+}
+
+std::string random_api_id(const char* prefix) {
+  return random_id(prefix);
+}
+
+std::string sse_named_event(const std::string& name, const json& data) {
+  return "event: " + name + "\ndata: " + dump_json(data) + "\n\n";
 }
 
 }  // namespace tandem::server

@@ -164,6 +164,11 @@ std::string ModelText::token_text(int32_t id) {
   return tokenizer_.decode(ids, /*skip_special=*/false);
 }
 
+std::shared_ptr<const text::TokenVocab> ModelText::token_vocab() {
+  std::call_once(vocab_once_, [&] { vocab_ = text::token_vocab(tokenizer_); });
+  return vocab_;
+}
+
 std::unique_ptr<TextStream> ModelText::start() const {
   return std::make_unique<DetokenizerStream>(tokenizer_.detokenizer(/*skip_special=*/true));
 }

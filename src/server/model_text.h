@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -42,6 +43,7 @@ class ModelText : public TextStreamer, public PromptBuilder {
   std::unique_ptr<TextStream> start_keeping(
       const std::vector<int32_t>& keep_special) const override;
 
+  std::shared_ptr<const text::TokenVocab> token_vocab() override;
   const text::Tokenizer& tokenizer() const { return tokenizer_; }
   bool has_chat_template() const { return chat_.has_value(); }
 
@@ -49,7 +51,9 @@ class ModelText : public TextStreamer, public PromptBuilder {
   explicit ModelText(text::Tokenizer tok) : tokenizer_(std::move(tok)) {}
   text::Tokenizer tokenizer_;
   std::optional<ChatTemplate> chat_;
-  text::ChatFormat format_;  // from the template and config.json's model_type
+  text::ChatFormat format_;
+  std::once_flag vocab_once_;
+  std::shared_ptr<const text::TokenVocab> vocab_;  // from the template and config.json's model_type
 };
 
 }  // namespace tandem::server

@@ -152,6 +152,36 @@ void parse_common(const json& body, OpenAIRequest& r, double max_timeout_s) {
     r.params.timeout_s = max_timeout_s > 0 ? std::min(*v, max_timeout_s) : *v;
   if (auto v = f.boolean("ignore_eos")) r.params.ignore_eos = *v;
 
+  if (const json* rf = f.get("response_format")) {
+    if (!rf->is_object()) throw invalid_type("response_format", "an object");
+    Fields ff(*rf, "response_format");
+    auto type = ff.string("type");
+    if (!type) throw missing_param("response_format.type");
+    ResponseFormat& out = r.response_format;
+    if (*type == "text") {
+      out.type = ResponseFormat::Type::Text;
+    } else if (*type == "json_object") {
+      out.type = ResponseFormat::Type::JsonObject;
+    } else if (*type == "json_schema") {
+      out.type = ResponseFormat::Type::JsonSchema;
+      const json* js = ff.get("json_schema");
+      if (!js) throw missing_param("response_format.json_schema");
+      if (!js->is_object()) throw invalid_type("response_format.json_schema", "an object");
+      Fields jf(*js, "response_format.json_schema");
+      out.name = jf.string("name").value_or("");
+      out.strict = jf.boolean("strict").value_or(false);
+      const json* schema = jf.get("schema");
+      if (!schema) throw missing_param("response_format.json_schema.schema");
+      if (!schema->is_object())
+        throw invalid_type("response_format.json_schema.schema", "an object (a JSON schema)");
+    } else {
+      throw invalid_value("response_format.type",
+                          "'response_format.type' must be \"text\", \"json_object\" or "
+                          "\"json_schema\", got \"" +
+                              *type + "\"");
+    }
+  }
+
   if (const json* lb = f.get("logit_bias")) {
     if (!lb->is_object()) throw invalid_type("logit_bias", "an object");
     if (!lb->empty()) throw unsupported("logit_bias", "'logit_bias' is not supported yet");

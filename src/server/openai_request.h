@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "server/errors.h"
+#include "server/structured_output.h"
 
 namespace tandem::server {
 
@@ -64,6 +65,11 @@ struct OpenAIRequest {
   // number of alternatives (0..20). Chat: `logprobs` true, `top_logprobs`
   // 0..20. Either way params.top_logprobs is -1 (off) or the count.
   bool logprobs = false;
+
+  // response_format (both endpoints): text (the default), json_object, or
+  // json_schema; the shape is checked here, the schema is compiled by
+  // server/structured_output.h (with the body's key order).
+  ResponseFormat response_format;
 };
 
 // Parses the raw body: it must be valid UTF-8 JSON holding an object.

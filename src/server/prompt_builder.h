@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "text/chat_output.h"
+#include "text/token_bytes.h"
 
 namespace tandem::server {
 
@@ -65,6 +66,9 @@ class PromptBuilder {
     (void)markers;
     return {};
   }
+  // The vocabulary as bytes and a trie, for response_format grammars (built
+  // on first use, then shared). Null: structured outputs are unavailable.
+  virtual std::shared_ptr<const text::TokenVocab> token_vocab() { return nullptr; }
 };
 
 }  // namespace tandem::server

@@ -16,8 +16,10 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "server/anthropic_api.h"
 #include "server/auth.h"
 #include "server/errors.h"
+#include "server/responses_api.h"
 #include "server/server_state.h"
 
 namespace tandem::server {
@@ -53,6 +55,9 @@ const std::vector<Route>& routes() {
       {"/v1/completions", std::regex("/v1/completions"), {"POST"}, false},
       {"/v1/chat/completions", std::regex("/v1/chat/completions"), {"POST"}, false},
       {"/v1/requests/{id}/cancel", std::regex("/v1/requests/([^/]+)/cancel"), {"POST"}, false},
+      {"/v1/messages", std::regex("/v1/messages"), {"POST"}, false},
+      {"/v1/messages/count_tokens", std::regex("/v1/messages/count_tokens"), {"POST"}, false},
+      {"/v1/responses", std::regex("/v1/responses"), {"POST"}, false},
   };
   return table;
 }
@@ -94,6 +99,15 @@ std::string media_type(const std::string& content_type) {
 void set_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
   res.set_content(dump_json(j), "application/json");
+}
+
+// Errors in the shape of the API the path belongs to: Anthropic's under
+// /v1/messages, OpenAI's elsewhere.
+void write_error_for(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  if (req.path.rfind("/v1/messages", 0) != 0) return write_error(res, e);
+  res.status = e.status;
+  if (e.retry_after_s() > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s()));
+  res.set_content(dump_json(anthropic_error_body(e)), "application/json");
 }
 
 }  // namespace
@@ -158,25 +172,28 @@ struct Server::Impl {
     }
     if (!allows(*route, req.method)) {
       res.set_header("Allow", join_methods(*route, !s.options.cors_origins.empty()));
-      write_error(res, ApiError(405, "method_not_allowed", "",
-                                req.method + " is not allowed on " + req.path + "; use " +
-                                    join_methods(*route, false)));
+      write_error_for(req, res,
+                      ApiError(405, "method_not_allowed", "",
+                               req.method + " is not allowed on " + req.path + "; use " +
+                                   join_methods(*route, false)));
       return R::Handled;
     }
     if (!route->open &&
         !api_key_authorized(s.options.api_key, req.get_header_value("Authorization"),
                             req.get_header_value("x-api-key"))) {
       res.set_header("WWW-Authenticate", "Bearer");
-      write_error(res, ApiError(401, "invalid_api_key", "",
-                                "missing or invalid API key: send 'Authorization: Bearer KEY' or "
-                                "'x-api-key: KEY'"));
+      write_error_for(req, res,
+                      ApiError(401, "invalid_api_key", "",
+                               "missing or invalid API key: send 'Authorization: Bearer KEY' or "
+                               "'x-api-key: KEY'"));
       return R::Handled;
     }
     if (req.method == "POST" && req.has_header("Content-Type")) {
       const std::string type = media_type(req.get_header_value("Content-Type"));
       if (type != "application/json") {
-        write_error(res, ApiError(415, "unsupported_media_type", "",
-                                  "Content-Type must be application/json, got '" + type + "'"));
+        write_error_for(req, res,
+                        ApiError(415, "unsupported_media_type", "",
+                                 "Content-Type must be application/json, got '" + type + "'"));
         return R::Handled;
       }
     }
@@ -193,19 +210,21 @@ struct Server::Impl {
                     ApiError(404, "not_found", "", "no route for " + req.method + " " + req.path));
         break;
       case 413:
-        write_error(res, ApiError(413, "request_too_large", "",
-                                  "the request body is larger than the server's limit of " +
-                                      std::to_string(s.options.max_body_bytes) + " bytes"));
+        write_error_for(req, res,
+                        ApiError(413, "request_too_large", "",
+                                 "the request body is larger than the server's limit of " +
+                                     std::to_string(s.options.max_body_bytes) + " bytes"));
         break;
       case 400:
-        write_error(res, ApiError(400, "invalid_request", "", "malformed HTTP request"));
+        write_error_for(req, res, ApiError(400, "invalid_request", "", "malformed HTTP request"));
         break;
       default:
         if (res.status >= 500)
-          write_error(res, internal_error("internal error"));
+          write_error_for(req, res, internal_error("internal error"));
         else if (res.status != 499)
-          write_error(res, ApiError(res.status, "http_error", "",
-                                    "HTTP error " + std::to_string(res.status)));
+          write_error_for(
+              req, res,
+              ApiError(res.status, "http_error", "", "HTTP error " + std::to_string(res.status)));
     }
   }
 
@@ -228,10 +247,10 @@ struct Server::Impl {
       try {
         fn(req, res);
       } catch (const ApiError& e) {
-        write_error(res, e);
+        write_error_for(req, res, e);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s %s: %s\n", req.method.c_str(), req.path.c_str(), e.what());
-        write_error(res, internal_error("internal error"));
+        write_error_for(req, res, internal_error("internal error"));
       }
     };
   }
@@ -339,6 +358,16 @@ struct Server::Impl {
                 handle_generation(s, Endpoint::Chat, q, r);
               }));
     http.Post("/v1/requests/([^/]+)/cancel", guarded([this](auto& q, auto& r) { cancel(q, r); }));
+    http.Post("/v1/messages", guarded([this](const httplib::Request& q, httplib::Response& r) {
+                handle_anthropic_messages(s, q, r);
+              }));
+    http.Post("/v1/messages/count_tokens",
+              guarded([this](const httplib::Request& q, httplib::Response& r) {
+                handle_anthropic_count_tokens(s, q, r);
+              }));
+    http.Post("/v1/responses", guarded([this](const httplib::Request& q, httplib::Response& r) {
+                handle_responses(s, q, r);
+              }));
   }
 
   void configure() {
@@ -370,7 +399,7 @@ struct Server::Impl {
       } catch (...) {
       }
       std::fprintf(stderr, "error: %s %s: %s\n", q.method.c_str(), q.path.c_str(), what.c_str());
-      write_error(r, internal_error("internal error"));
+      write_error_for(q, r, internal_error("internal error"));
     });
     http.set_logger([this](const httplib::Request& q, const httplib::Response& r) { log(q, r); });
     register_routes();

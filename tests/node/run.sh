@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest ServerNodeClient: the official OpenAI Node SDK (npm `openai`, pinned
-# in package-lock.json) against three live `tandem serve` processes: the
+# in package-lock.json; and Anthropic's, `@anthropic-ai/sdk`, for /v1/messages) against three live `tandem serve` processes: the
 # model, the model with a fault injected, and a tiny Gemma 4 (real tokenizer
 # and chat template, random weights) whose every answer is forced with
 # TANDEM_FORCE_OUTPUT to a recorded reasoning + tool call, for the tool-call
@@ -20,10 +20,11 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 
 mkdir -p "$work"
-cp "$here/package.json" "$here/package-lock.json" "$here/client.mjs" "$work/"
+cp "$here/package.json" "$here/package-lock.json" "$here/client.mjs" "$here/messages_responses.mjs" "$work/"
 cd "$work"
-pinned=$(node -e 'console.log(require("./package.json").dependencies.openai)')
-installed=$(node -e 'try { console.log(require("./node_modules/openai/package.json").version) } catch { console.log("none") }')
+# The pinned versions of both SDKs (openai, @anthropic-ai/sdk) against what is installed.
+pinned=$(node -e 'const d = require("./package.json").dependencies; console.log(d.openai, d["@anthropic-ai/sdk"])')
+installed=$(node -e 'const v = (p) => { try { return require(`./node_modules/${p}/package.json`).version } catch { return "none" } }; console.log(v("openai"), v("@anthropic-ai/sdk"))')
 if [ "$installed" != "$pinned" ]; then
   npm ci --no-audit --no-fund --prefer-offline >npm.log 2>&1 || { cat npm.log; echo "error: npm ci failed"; exit 1; }
 fi
@@ -67,6 +68,8 @@ TANDEM_FORCE_OUTPUT="$forced" start_server tools.log "$gemma"; tools_port=$port
 
 node client.mjs "http://127.0.0.1:$main_port/v1" "http://127.0.0.1:$faulty_port/v1" \
   "http://127.0.0.1:$tools_port/v1" "$fixtures/vision/gemma4/input_0.png"
+# /v1/responses through the OpenAI SDK, /v1/messages through Anthropic's.
+node messages_responses.mjs "http://127.0.0.1:$tools_port/v1" "$fixtures/vision/gemma4/input_0.png"
 
 # SIGTERM: the server drains and exits 0.
 kill -TERM "${pids[0]}"

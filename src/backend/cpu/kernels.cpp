@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "backend/cpu/kernels_impl.h"
+#include "backend/cpu/kernels_quant.h"
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace tandem::cpu {
 namespace detail {
@@ -133,6 +135,49 @@ const IsaKernels& kernels() {
   }
 }
 
+// Whether the processor has the VNNI int8 dot products the quantized kernels
+// use (AVX-512 VNNI, AVX-VNNI).
+bool hardware_vnni(bool avx512) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return avx512 ? __builtin_cpu_supports("avx512vnni") : __builtin_cpu_supports("avxvnni");
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_vnni_allowed{true};      // set_vnni_for_testing
+std::atomic<bool> g_quant_reference{false};  // set_quant_reference_for_testing
+
+// Quantized W against exact f32 activations: each row dequantized, f32 dot
+// products (the scalar kernel's association). Slow; tests only.
+void quant_reference(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w,
+                     const float* bias, float* y) {
+  pool.parallel_for(w.rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      dequantize_row(w, r, row.data());
+      for (int64_t t = 0; t < n; ++t)
+        y[t * w.rows + r] = detail::kScalarKernels.dot(x + t * w.cols, row.data(), w.cols) +
+                            (bias ? bias[r] : 0.0f);
+    }
+  });
+}
+
+// Quantized kernels of the current ISA: VNNI where present, else vpmaddubsw
+// (an AVX-512 processor without VNNI uses the 256-bit kernels).
+const detail::QuantKernels& quant_kernels() {
+  static const bool avx512_vnni = hardware_vnni(true), avx_vnni = hardware_vnni(false);
+  const bool vnni = g_vnni_allowed.load(std::memory_order_relaxed);
+  switch (current_isa()) {
+    case kAvx512:
+      if (vnni && avx512_vnni) return detail::kAvx512VnniQuant;
+      [[fallthrough]];
+    case kAvx2: return vnni && avx_vnni ? detail::kAvxVnniQuant : detail::kAvx2Quant;
+    default: return detail::kScalarQuant;
+  }
+}
+
 // Below this many multiply-adds a chunk is not worth a dispatch (~1-2 us).
 constexpr int64_t kMinChunkMacs = 64 * 1024;
 // Output rows per scheduling unit: chunk boundaries fall on 64-byte lines of y
@@ -145,6 +190,18 @@ constexpr int64_t kTokenGroup = 8;
 
 std::string_view active_isa() {
   return kIsaNames[current_isa()];
+}
+
+std::string_view active_quant_isa() {
+  return quant_kernels().name;
+}
+
+void set_vnni_for_testing(bool allowed) {
+  g_vnni_allowed.store(allowed, std::memory_order_relaxed);
+}
+
+void set_quant_reference_for_testing(bool enabled) {
+  g_quant_reference.store(enabled, std::memory_order_relaxed);
 }
 
 bool set_isa_for_testing(std::string_view isa) {
@@ -160,6 +217,13 @@ bool set_isa_for_testing(std::string_view isa) {
 
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, const float* bias,
             float* y) {
+  if (w.format == WeightFormat::Affine) {
+    check_affine(w, "matmul");
+    if (g_quant_reference.load(std::memory_order_relaxed))
+      return quant_reference(pool, x, n, w, bias, y);
+    return detail::quant_matmul(pool, quant_kernels(), x, n, w, bias, y);
+  }
+  if (w.format != WeightFormat::Dense) fail("matmul: unknown weight format %d", int(w.format));
   if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16)
     fail("matmul: weight dtype %s is not supported (expected F32, F16 or BF16)",
          std::string(dtype_name(w.dtype)).c_str());

@@ -1,0 +1,130 @@
+// Quantized matmul: the multithreaded driver and the portable scalar
+// reference (see kernels_quant.h for the method every ISA implements).
+#include "backend/cpu/kernels_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/quant.h"
+
+namespace tandem::cpu::detail {
+
+namespace {
+
+constexpr size_t align64(size_t n) {
+  return (n + 63) & ~size_t(63);
+}
+
+// ---- Scalar reference --------------------------------------------------------
+// Prepared row: int8 codes [cols] | f32 block scales [cols / 32] | f32 group
+// sums of the quantized activations [groups], each part 64-byte aligned.
+
+size_t scalar_act_bytes(const WeightMatrix& w) {
+  return align64(size_t(w.cols)) + align64(sizeof(float) * size_t(w.cols / 32)) +
+         align64(sizeof(float) * size_t(w.groups()));
+}
+
+void scalar_prepare(const float* x, const WeightMatrix& w, uint8_t* out) {
+  const int64_t cols = w.cols, G = w.group_size;
+  auto* q = reinterpret_cast<int8_t*>(out);
+  auto* d = reinterpret_cast<float*>(out + align64(size_t(cols)));
+  auto* xs = reinterpret_cast<float*>(out + align64(size_t(cols)) +
+                                      align64(sizeof(float) * size_t(cols / 32)));
+  for (int64_t g = 0; g < w.groups(); ++g) xs[g] = 0.0f;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    d[b] = amax / 127.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      q[b * 32 + i] = int8_t(std::nearbyint(x[b * 32 + i] * id));
+      sum += q[b * 32 + i];
+    }
+    xs[b * 32 / G] += float(sum) * d[b];
+  }
+}
+
+void scalar_compute(const uint8_t* acts, int64_t n, const WeightMatrix& w, const float* bias,
+                    float* y, int64_t r0, int64_t r1) {
+  const int64_t cols = w.cols, groups = w.groups(), G = w.group_size;
+  const size_t ab = scalar_act_bytes(w), sb = dtype_size(w.dtype);
+  for (int64_t r = r0; r < r1; ++r) {
+    const auto* row = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w.data) +
+                                                        size_t(r) * w.row_bytes());
+    const auto* sc = static_cast<const uint8_t*>(w.scales) + size_t(r * groups) * sb;
+    const auto* bi = static_cast<const uint8_t*>(w.biases) + size_t(r * groups) * sb;
+    for (int64_t t = 0; t < n; ++t) {
+      const uint8_t* a = acts + size_t(t) * ab;
+      const auto* q = reinterpret_cast<const int8_t*>(a);
+      const auto* d = reinterpret_cast<const float*>(a + align64(size_t(cols)));
+      const auto* xs = reinterpret_cast<const float*>(a + align64(size_t(cols)) +
+                                                      align64(sizeof(float) * size_t(cols / 32)));
+      float acc = 0.0f;
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        int32_t isum = 0;
+        for (int64_t i = b * 32; i < b * 32 + 32; ++i)
+          isum += int32_t(affine_code(row, w.bits, i)) * int32_t(q[i]);
+        acc += float(isum) * (load_as_f32(sc, w.dtype, b * 32 / G) * d[b]);
+      }
+      float bsum = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) bsum += load_as_f32(bi, w.dtype, g) * xs[g];
+      y[t * w.rows + r] = acc + bsum + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+// One 64-byte aligned scratch buffer per calling thread, reused across calls.
+uint8_t* act_buffer(size_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < bytes + 64) buf.resize(bytes + 64);
+  const auto p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - (p & 63)) & 63);
+}
+
+// Below this many multiply-adds a chunk is not worth a dispatch (~1-2 us).
+constexpr int64_t kMinChunkMacs = 64 * 1024;
+// Output rows per scheduling unit (64-byte lines of y).
+constexpr int64_t kRowGroup = 16;
+// Activation rows per scheduling unit when the split is over activations.
+constexpr int64_t kTokenGroup = 8;
+
+}  // namespace
+
+const QuantKernels kScalarQuant = {"scalar", scalar_act_bytes, scalar_prepare, scalar_compute};
+
+void quant_matmul(ThreadPool& pool, const QuantKernels& k, const float* x, int64_t n,
+                  const WeightMatrix& w, const float* bias, float* y) {
+  if (n <= 0 || w.rows <= 0) return;
+  const size_t ab = k.act_bytes(w);
+  uint8_t* acts = act_buffer(ab * size_t(n));
+  const int64_t rows = w.rows, cols = std::max<int64_t>(w.cols, 1);
+  if (n * cols < 4 * kMinChunkMacs / 64) {
+    for (int64_t t = 0; t < n; ++t) k.prepare(x + t * w.cols, w, acts + size_t(t) * ab);
+  } else {
+    pool.parallel_for(n, std::max<int64_t>(1, 16384 / cols), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) k.prepare(x + t * w.cols, w, acts + size_t(t) * ab);
+    });
+  }
+  const int64_t row_groups = (rows + kRowGroup - 1) / kRowGroup;
+  if (n == 1 || row_groups >= 2 * int64_t(pool.size())) {
+    // Split over output rows: W is read once in total.
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols * n));
+    pool.parallel_for(row_groups, grain, [&](int64_t b, int64_t e) {
+      k.compute(acts, n, w, bias, y, b * kRowGroup, std::min(e * kRowGroup, rows));
+    });
+  } else {
+    // Few output rows, many activation rows: split over activation rows.
+    const int64_t groups = (n + kTokenGroup - 1) / kTokenGroup;
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kTokenGroup * cols * rows));
+    pool.parallel_for(groups, grain, [&](int64_t b, int64_t e) {
+      const int64_t t0 = b * kTokenGroup, t1 = std::min(e * kTokenGroup, n);
+      k.compute(acts + size_t(t0) * ab, t1 - t0, w, bias, y + t0 * rows, 0, rows);
+    });
+  }
+}
+
+}  // namespace tandem::cpu::detail
