@@ -217,7 +217,7 @@ TEST(QuantFormats, AffineQuantizationFollowsMlx) {
   }
 }
 
-TEST(QuantFormats, AffineRoundTripErrorIsHalfAStep) {
+TEST(QuantFormats, AffineRoundTripErrorIsAtMostOneStep) {
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int bits : {4, 8})

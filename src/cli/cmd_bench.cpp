@@ -2,6 +2,7 @@
 // reported as tokens/s, achieved GB/s and the fraction of the measured memory
 // read bandwidth (decode is memory-bound: every token streams every weight).
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 #include "backend/cpu/kernels.h"
@@ -55,6 +56,9 @@ int run_bench(const BenchOptions& o) {
   // the weights become resident and stays out of the RSS figure below.
   double peak = o.peak_gbs;
   if (peak <= 0.0) peak = cpu::measure_read_bandwidth(pool);
+  // Reset the peak-RSS mark (Linux >= 4.0), so a model smaller than that
+  // buffer is not charged for it.
+  std::ofstream("/proc/self/clear_refs") << "5";
   auto model = load_model_verbose(o.model, quantize_options(o.quantize));
   const ModelSpec& s = model->spec;
 

@@ -292,7 +292,8 @@ WeightMatrix MatrixLoader::load(const std::string& name, int64_t rows, int64_t c
   if (quantize_bits_ == 0 || w.quantized() || cols % group_size_ != 0) return w;
   // On-load quantization: scales in the weight's own dtype (bf16 for FP8).
   const size_t before = owned_.size();
-  WeightMatrix q = quantize_matrix(w, quantize_bits_, group_size_, w.dtype, owned_, &owned_bytes_);
+  WeightMatrix q =
+      quantize_matrix(w, quantize_bits_, group_size_, w.dtype, owned_, &owned_bytes_, mapped);
   if (mapped) {
     release_pages(w.data, w.nbytes());
   } else {
@@ -304,7 +305,7 @@ WeightMatrix MatrixLoader::load(const std::string& name, int64_t rows, int64_t c
 }
 
 WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, DType scale_dtype,
-                             OwnedBuffers& owned, uint64_t* owned_bytes) {
+                             OwnedBuffers& owned, uint64_t* owned_bytes, bool release_source) {
   if (src.cols % group_size != 0)
     fail("quantize: group size %d does not divide the row length %lld", group_size,
          (long long)src.cols);
@@ -325,9 +326,16 @@ WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, 
   w.scales = base + code_bytes;
   w.biases = base + code_bytes + scale_bytes;
   const size_t sb = dtype_size(scale_dtype);
+  // A dense source (a mapped checkpoint tensor) is handed back every 256
+  // rows, so a large table is never resident in full beside its codes.
+  const bool release = release_source && src.format == WeightFormat::Dense;
+  const size_t src_row = src.row_bytes();
   parallel_rows(w.rows, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(w.cols));
     for (int64_t r = r0; r < r1; ++r) {
+      if (release && r > r0 && (r - r0) % 256 == 0)
+        release_pages(static_cast<const uint8_t*>(src.data) + size_t(r - 256) * src_row,
+                      256 * src_row);
       dequantize_row(src, r, row.data());
       affine_quantize_row(row.data(), w.cols, bits, group_size, scale_dtype,
                           reinterpret_cast<uint32_t*>(base + size_t(r) * w.row_bytes()),

@@ -97,9 +97,11 @@ WeightMatrix read_conv_weight(const Checkpoint& ckpt, const std::string& name, i
 
 // Quantizes `src` (any format) to MLX affine `bits` with `group_size` into new
 // buffers appended to `owned`; scales and biases in `scale_dtype` (F32, F16 or
-// BF16). Rows are split over the hardware threads.
+// BF16). Rows are split over the hardware threads. release_source: `src`
+// views a mapped file whose pages are handed back as rows are done.
 WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, DType scale_dtype,
-                             OwnedBuffers& owned, uint64_t* owned_bytes = nullptr);
+                             OwnedBuffers& owned, uint64_t* owned_bytes = nullptr,
+                             bool release_source = false);
 
 // Dequantizes an FP8 e4m3 tensor with its scale_inv (one value, or one per
 // block of block[0] x block[1]) into bf16 at `dst` (rows·cols values).

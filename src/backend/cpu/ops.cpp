@@ -62,10 +62,13 @@ void silu_mul(float* gate, const float* up, int64_t n) {
 }
 
 void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
-  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  // 0.5·g·(1 + tanh(u)) = g / (1 + exp(-2u)), exactly: one expf instead of
+  // tanhf (5x faster with glibc, and without the cancellation of 1 + tanh(u)
+  // for negative u).
+  const float k2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
-    gate[i] = 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g))) * up[i];
+    gate[i] = g / (1.0f + std::exp(-k2 * (g + 0.044715f * g * g * g))) * up[i];
   }
 }
 
