@@ -9,23 +9,9 @@ namespace tandem::server {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-std::string at(const std::string& base, size_t i) {
-  return base + "[" + std::to_string(i) + "]";
-}
-
-const ojson* field(const ojson& obj, const char* name) {
-  auto it = obj.find(name);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::string need_string(const ojson& obj, const char* name, const std::string& where) {
-  const ojson* v = field(obj, name);
-  if (!v) throw missing_param(where + "." + name);
-  if (!v->is_string()) throw invalid_type(where + "." + name, "a string");
-  return v->get<std::string>();
-}
+using dialect::at;
+using dialect::field;
+using dialect::need_string;
 
 // A system prompt or tool_result content: a string, or text blocks joined.
 std::string text_of(const ojson& v, const std::string& where) {

@@ -69,4 +69,26 @@ std::string random_api_id(const char* prefix);
 // "event: NAME\ndata: JSON\n\n"
 std::string sse_named_event(const std::string& name, const json& data);
 
+// Request-reading helpers the dialects share (bodies read in key order).
+namespace dialect {
+using ojson = nlohmann::ordered_json;
+// "base[i]", for error params.
+inline std::string at(const std::string& base, size_t i) {
+  return base + "[" + std::to_string(i) + "]";
+}
+// obj[name], or null when absent or JSON null.
+inline const ojson* field(const ojson& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+// obj[name] as a string, or ApiError 400 naming where.name.
+inline std::string need_string(const ojson& obj, const char* name, const std::string& where) {
+  const ojson* v = field(obj, name);
+  if (!v) throw missing_param(where + "." + name);
+  if (!v->is_string()) throw invalid_type(where + "." + name, "a string");
+  return v->get<std::string>();
+}
+}  // namespace dialect
+
 }  // namespace tandem::server
