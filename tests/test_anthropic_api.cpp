@@ -42,25 +42,6 @@ std::vector<Event> named_events(const std::string& raw) {
   return out;
 }
 
-struct ForcedServer {
-  std::unique_ptr<server::ModelText> text;
-  std::unique_ptr<LiveServer> srv;
-  ForcedServer(const std::string& output, server::ServerOptions options = {},
-               const char* fault = nullptr) {
-    const std::string dir = vision_model_dir("gemma4");
-    text = server::ModelText::load(dir);
-    LiveServerConfig c;
-    c.model_dir = dir;
-    c.builder = text.get();
-    c.streamer = text.get();
-    c.options = options;
-    c.fault = fault;
-    c.engine.forced_output = text->tokenizer().encode(output, /*add_special=*/false);
-    srv = std::make_unique<LiveServer>(c);
-  }
-  int port() const { return srv->port(); }
-};
-
 const char* kGemmaCall =
     "<|channel>thought\nThe user wants the weather in Paris.<channel|>"
     "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"
@@ -325,7 +306,9 @@ TEST(AnthropicApi, ToolRoundTripAndCountTokens) {
 TEST(AnthropicApi, ErrorsInAnthropicShape) {
   server::ServerOptions o;
   o.api_key = "sekret";
-  ForcedServer s("Hello", o);
+  ForcedOutput fo;
+  fo.options = o;
+  ForcedServer s("Hello", fo);
   const httplib::Headers key = {{"x-api-key", "sekret"}};
   auto post = [&](const json& b, const std::string& path = "/v1/messages") {
     return post_json(s.port(), path, b, key);
@@ -437,7 +420,7 @@ TEST(AnthropicApi, ImageBlocksUseTheVisionLane) {
 // A failure after the first token: the open block is closed and the stream
 // ends with an `error` event in Anthropic's shape.
 TEST(AnthropicApi, FailureMidStreamIsAnErrorEvent) {
-  ForcedServer s("Hello! How can I help you today?", {}, "step-throw@4");
+  ForcedServer s("Hello! How can I help you today?", "step-throw@4");
   json body = messages_body("Hi");
   body["stream"] = true;
   SseResult st = post_stream(s.port(), "/v1/messages", body);

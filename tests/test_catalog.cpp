@@ -392,10 +392,18 @@ TEST(Chat, ScriptedConversationWithAnInProcessModel) {
   EXPECT_EQ(r.out.find("cannot reach"), std::string::npos) << r.out;
 }
 
-TEST(Chat, NeedsAModelOrAUrl) {
-  auto r = run_tandem("chat");
+TEST(Chat, AModelOrAUrlNotBothAndTheDemoWhenNeither) {
+  auto r = run_tandem("chat some-model --url http://127.0.0.1:1");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("--url"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not both"), std::string::npos) << r.err;
+  // Neither: the built-in demo model answers the question on stdin.
+  TempDir dir;
+  const std::string out = dir.path() + "/out", err = dir.path() + "/err";
+  const std::string cmd = "printf 'What is the capital of Japan?\\n' | TANDEM_CACHE=" + dir.path() +
+                          "/cache " + tandem_binary() + " chat >" + out + " 2>" + err;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << file_bytes(err);
+  EXPECT_NE(file_bytes(err).find("built-in demo model"), std::string::npos) << file_bytes(err);
+  EXPECT_EQ(file_bytes(out), "Tokyo\n");
   r = run_tandem("chat --url http://127.0.0.1:1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("cannot reach http://127.0.0.1:1"), std::string::npos) << r.err;

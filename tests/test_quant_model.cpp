@@ -25,6 +25,7 @@
 #include "test_util.h"
 
 using namespace tandem;
+using namespace tandem::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -43,20 +44,6 @@ std::vector<float> all_logits(const std::string& dir, const LoadOptions& options
   std::vector<float> out(size_t(n * m->spec.vocab));
   run_sequence(d, kIds.data(), n, s, out.data(), true);
   return out;
-}
-
-double stddev(const std::vector<float>& v) {
-  double m = 0, s = 0;
-  for (float x : v) m += x;
-  m /= double(v.size());
-  for (float x : v) s += (x - m) * (x - m);
-  return std::sqrt(s / double(v.size()));
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
-  return d;
 }
 
 void copy_file(const std::string& from, const std::string& to) {
@@ -98,15 +85,6 @@ void write_dequantized_copy(const std::string& qdir, const std::string& original
   fs::create_directories(out);
   write_safetensors(out + "/model.safetensors", tensors);
   copy_file(original + "/config.json", out + "/config.json");
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // ---- Every architecture: tandem quantize, then load ------------------------------

@@ -40,23 +40,6 @@ std::vector<Event> named_events(const std::string& raw) {
   return out;
 }
 
-struct ForcedServer {
-  std::unique_ptr<server::ModelText> text;
-  std::unique_ptr<LiveServer> srv;
-  explicit ForcedServer(const std::string& output, const char* fault = nullptr) {
-    const std::string dir = vision_model_dir("gemma4");
-    text = server::ModelText::load(dir);
-    LiveServerConfig c;
-    c.model_dir = dir;
-    c.builder = text.get();
-    c.streamer = text.get();
-    c.fault = fault;
-    c.engine.forced_output = text->tokenizer().encode(output, /*add_special=*/false);
-    srv = std::make_unique<LiveServer>(c);
-  }
-  int port() const { return srv->port(); }
-};
-
 json tools() {
   return json::parse(R"([{"type": "function", "name": "get_weather",
     "description": "The current weather in a city",

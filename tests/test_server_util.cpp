@@ -78,6 +78,27 @@ HttpResult to_result(const httplib::Result& r) {
 
 }  // namespace
 
+ForcedServer::ForcedServer(const std::string& output, const char* fault)
+    : ForcedServer(output, [fault] {
+        ForcedOutput o;
+        o.fault = fault;
+        return o;
+      }()) {}
+
+ForcedServer::ForcedServer(const std::string& output, const ForcedOutput& o) {
+  const std::string dir = o.model_dir.empty() ? vision_model_dir("gemma4") : o.model_dir;
+  text = server::ModelText::load(dir);
+  LiveServerConfig c;
+  c.model_dir = dir;
+  c.builder = text.get();
+  c.streamer = text.get();
+  c.options = o.options;
+  c.fault = o.fault;
+  c.engine.step_timeout_s = o.step_timeout_s;
+  c.engine.forced_output = text->tokenizer().encode(output, /*add_special=*/false);
+  srv = std::make_unique<LiveServer>(c);
+}
+
 HttpResult http_get(int port, const std::string& path, const httplib::Headers& headers) {
   auto c = make_client(port);
   return to_result(c.Get(path.c_str(), headers));

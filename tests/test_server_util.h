@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/model_text.h"
 #include "server/server.h"
 
 namespace tandem::test {
@@ -47,6 +48,28 @@ class LiveServer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<server::Server> server_;
+};
+
+// An in-process server over a tiny multimodal model with its real chat
+// template and tokenizer (default: the Gemma 4 one, vision_model_dir) whose
+// every answer is `output` (EngineConfig::forced_output), for tests of what
+// the server makes of a model's text.
+struct ForcedOutput {
+  std::string model_dir;  // default: vision_model_dir("gemma4")
+  server::ServerOptions options;
+  const char* fault = nullptr;  // TANDEM_FAULT while the engine starts
+  double step_timeout_s = 60;
+};
+
+class ForcedServer {
+ public:
+  explicit ForcedServer(const std::string& output, const char* fault = nullptr);
+  ForcedServer(const std::string& output, const ForcedOutput& o);
+  int port() const { return srv->port(); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
+
+  std::unique_ptr<server::ModelText> text;
+  std::unique_ptr<LiveServer> srv;
 };
 
 struct HttpResult {

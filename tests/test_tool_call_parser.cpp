@@ -364,3 +364,23 @@ TEST(ReasoningThenToolCalls, RandomOutputsAreChunkingIndependent) {
 }
 
 }  // namespace
+
+// ---- Llama 3.2 pythonic ----
+
+TEST(ToolCallParser, PythonicCalls) {
+  constexpr ToolCallFormat Py = ToolCallFormat::Pythonic;
+  expect_parse(Py, "[get_weather(city='San Francisco', days=2, metric=True)]",
+               {"", {call("get_weather", R"({"city":"San Francisco","days":2,"metric":true})")}});
+  expect_parse(
+      Py, " [search(q=\"a, (b) [c]\", opts={'k': [1, 2.5, None]}), now()]",
+      {"", {call("search", R"({"q":"a, (b) [c]","opts":{"k":[1,2.5,null]}})"), call("now", "{}")}});
+  expect_parse(Py, "[say(text='it\\'s')]", {"", {call("say", R"({"text":"it's"})")}});
+  // Malformed lists, positional arguments, a list later in the answer: content.
+  expect_content(Py, "[get_weather(city='Paris'");
+  expect_content(Py, "[get_weather('Paris')]");
+  expect_content(Py, "[]");
+  expect_content(Py, "[1, 2, 3]");
+  expect_content(Py, "The list is [f(a=1)]");
+  EXPECT_EQ(
+      detect_chat_format("Respond as [func_name1(params_name1=params_value1)]", "llama").tools, Py);
+}

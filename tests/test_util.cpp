@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +14,8 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+
+#include "core/error.h"
 
 namespace tandem::test {
 
@@ -102,6 +106,29 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+}
+
+double stddev(const std::vector<float>& v) {
+  double m = 0, s = 0;
+  for (float x : v) m += x;
+  m /= double(v.size());
+  for (float x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / double(v.size()));
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
+  return d;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace tandem::test

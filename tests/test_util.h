@@ -1,7 +1,9 @@
 // Helpers shared by the tests: paths, running the tandem binary, temp dirs.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace tandem::test {
 
@@ -32,6 +34,12 @@ std::string vision_fixture_dir(const std::string& family);
 // A file's bytes ("" when it cannot be read), and standard base64 (padded).
 std::string file_bytes(const std::string& path);
 std::string base64(const std::string& bytes);
+
+// Standard deviation of the values, the largest |a[i] - b[i]|, and the
+// message of the tandem::Error that fn throws ("" when it throws none).
+double stddev(const std::vector<float>& v);
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+std::string error_of(const std::function<void()>& fn);
 
 // A fresh temporary directory, removed with the object.
 class TempDir {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace tandem::catalog {
@@ -15,11 +16,6 @@ namespace tandem::catalog {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
-}
 
 bool valid_part(std::string_view s, bool allow_slash) {
   if (s.empty() || s.size() > 200 || s.find("..") != std::string_view::npos) return false;

@@ -24,6 +24,7 @@ struct BenchOptions {
   int threads = 0;
   double peak_gbs = 0.0;
   std::string quantize;
+  std::string mmproj;  // --mmproj FILE (not supported yet)
 };
 
 // Bytes a decode step must read: every matmul weight once (quantized: codes,
@@ -125,7 +126,11 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--peak-gbs", o->peak_gbs,
                   "Memory read bandwidth to compare with (default: measure it)");
   add_quantize_option(cmd, o->quantize);
-  return [o] { return run_bench(*o); };
+  add_mmproj_option(cmd, o->mmproj);
+  return [o] {
+    check_mmproj(o->mmproj);
+    return run_bench(*o);
+  };
 }
 
 }  // namespace tandem::cli

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "catalog/demo_model.h"
 #include "catalog/resolve.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -396,8 +397,14 @@ class ChatSession {
 };
 
 int run_chat(ChatOptions o) {
-  if (o.model.empty() == o.url.empty())
-    fail("give a MODEL to chat with (alias, repo or folder), or --url of a running server");
+  if (!o.model.empty() && !o.url.empty())
+    fail(
+        "give a MODEL to chat with (alias, repo or folder) or --url of a running server, not both");
+  if (o.model.empty() && o.url.empty()) {  // nothing given: the built-in demo model
+    o.model = catalog::demo_model_dir();
+    std::fprintf(stderr, "tandem chat: no model given: chatting with the built-in demo model %s\n",
+                 catalog::kDemoModelName);
+  }
   if (o.api_key.empty())
     if (const char* env = std::getenv("TANDEM_API_KEY")) o.api_key = env;
   std::unique_ptr<LocalServer> local;
@@ -440,7 +447,8 @@ Runner add_chat_command(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
   auto* cmd = app.add_subcommand("chat", "Chat in the terminal with a model or a running server");
   cmd->add_option("model", o->model,
-                  "Alias, org/name[@revision] or folder, served in this process");
+                  "Alias, org/name[@revision] or folder, served in this process (default: the "
+                  "built-in demo model)");
   cmd->add_option("--url", o->url,
                   "A running OpenAI-compatible server, e.g. http://127.0.0.1:8000");
   cmd->add_option("--api-key", o->api_key, "Bearer token for --url (default: $TANDEM_API_KEY)");

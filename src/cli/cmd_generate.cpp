@@ -27,6 +27,7 @@ struct RunOptions {
   uint64_t seed = 0;
   int threads = 0;
   std::string quantize;  // --quantize q4|q8
+  std::string mmproj;    // --mmproj FILE (not supported yet)
   bool json = false;
   bool ignore_eos = false;
   bool chat = false;
@@ -40,6 +41,7 @@ struct LogitsOptions {
   bool all = false;
   int threads = 0;
   std::string quantize;  // --quantize q4|q8
+  std::string mmproj;    // --mmproj FILE (not supported yet)
 };
 
 // The prompt ids of `run`: --ids as given (image placeholders already
@@ -187,6 +189,7 @@ Runner add_run_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Random seed for sampling")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   add_quantize_option(cmd, o->quantize);
+  add_mmproj_option(cmd, o->mmproj);
   cmd->add_flag("--json", o->json, "Print {\"ids\": [...], \"text\": \"...\"} as JSON");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_flag("--chat", o->chat,
@@ -199,6 +202,7 @@ Runner add_run_command(CLI::App& app) {
                   "placeholders")
       ->check(CLI::ExistingFile);
   return [o] {
+    check_mmproj(o->mmproj);
     o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/true);
     return run_generate(*o);
   };
@@ -218,7 +222,9 @@ Runner add_logits_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   add_quantize_option(cmd, o->quantize);
+  add_mmproj_option(cmd, o->mmproj);
   return [o] {
+    check_mmproj(o->mmproj);
     o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/false);
     return run_logits(*o);
   };

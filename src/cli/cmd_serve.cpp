@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "catalog/demo_model.h"
 #include "catalog/resolve.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -33,6 +34,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   std::string quantize;  // --quantize q4|q8
+  std::string mmproj;    // --mmproj FILE (not supported yet)
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 0;
@@ -284,12 +286,12 @@ Runner add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over the OpenAI HTTP API");
   cmd->add_option("model", o->model,
                   "Model: a folder, an alias (tandem models) or org/name[@revision], downloaded "
-                  "when missing")
-      ->required();
+                  "when missing (default: the built-in demo model, gemma3-demo)");
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads for the model (default: all cores)");
   add_quantize_option(cmd, o->quantize);
+  add_mmproj_option(cmd, o->mmproj);
   cmd->add_option("--max-concurrent", o->max_concurrent,
                   "Requests running or queued at once; more get 503 with Retry-After")
       ->capture_default_str();
@@ -331,6 +333,16 @@ Runner add_serve_command(CLI::App& app) {
                 "Chat templates get enable_thinking=false unless a request sets it "
                 "(chat_template_kwargs.enable_thinking or enable_thinking)");
   return [o] {
+    check_mmproj(o->mmproj);
+    if (o->model.empty()) {
+      o->model = catalog::demo_model_dir();
+      if (o->served_model_name.empty()) o->served_model_name = catalog::kDemoModelName;
+      std::fprintf(stderr,
+                   "tandem serve: no model given: serving the built-in demo model %s (%s). It "
+                   "answers simple questions only; give a model to serve a real one (tandem "
+                   "models lists names).\n",
+                   catalog::kDemoModelName, o->model.c_str());
+    }
     if (o->served_model_name.empty()) o->served_model_name = catalog::model_display_name(o->model);
     return run_serve(*o);
   };

@@ -25,5 +25,6 @@ Runner add_rm_command(CLI::App& app);
 Runner add_alias_command(CLI::App& app);
 Runner add_chat_command(CLI::App& app);
 Runner add_doctor_command(CLI::App& app);
+Runner add_coherence_command(CLI::App& app);
 
 }  // namespace tandem::cli

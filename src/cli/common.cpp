@@ -41,6 +41,20 @@ void add_quantize_option(CLI::App* cmd, std::string& value) {
                   "then run on int8 activations)");
 }
 
+void add_mmproj_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--mmproj", value,
+                  "Vision tower GGUF (llama.cpp mmproj file) for a GGUF model: not supported "
+                  "yet");
+}
+
+void check_mmproj(const std::string& value) {
+  if (!value.empty())
+    fail(
+        "--mmproj %s: vision towers from GGUF mmproj files are not supported yet; GGUF models "
+        "run text only (use the safetensors checkpoint for images)",
+        value.c_str());
+}
+
 LoadOptions quantize_options(const std::string& value) {
   LoadOptions o;
   if (value.empty() || value == "none") return o;
@@ -102,6 +116,15 @@ std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOpti
     std::fprintf(stderr, "loaded %s: %s, quantized at load to %d-bit (%.2f GB) in %.1f s\n",
                  dir.c_str(), model->spec.arch.c_str(), options.quantize_bits,
                  double(model->owned_bytes) / 1e9, now_seconds() - t0);
+    return model;
+  }
+  if (model->source) {  // GGUF: block types were converted at load, the rest stays mapped
+    const ModelSpec& s = model->spec;
+    std::fprintf(stderr,
+                 "loaded %s: %s (GGUF), %lld layers, hidden %lld, vocab %lld, %.2f GB converted "
+                 "at load in %.1f s\n",
+                 dir.c_str(), s.arch.c_str(), (long long)s.layers, (long long)s.hidden,
+                 (long long)s.vocab, double(model->owned_bytes) / 1e9, now_seconds() - t0);
     return model;
   }
   const auto names = ckpt.names();

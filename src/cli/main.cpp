@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   add(tandem::cli::add_alias_command);
   add(tandem::cli::add_chat_command);
   add(tandem::cli::add_doctor_command);
+  add(tandem::cli::add_coherence_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -48,6 +48,10 @@ struct RopeSpec {
   double attention_factor = 0.0;      // yarn: multiplies cos and sin; 0 = derive from factor
   bool truncate = true;               // yarn: round the correction range outward
   double partial_rotary_factor = 1.0;
+  // Per-frequency divisors applied after the type's own scaling (llama.cpp's
+  // `rope_freqs` tensor, how GGUF files carry Llama 3 scaling); empty = none,
+  // else one per rotary frequency (rotary_dim / 2).
+  std::vector<float> freq_factors;
 };
 
 // What differs from layer to layer (Gemma 4 varies all of these).
@@ -171,6 +175,9 @@ struct Model {
   // checkpoint's mappings.
   std::vector<std::unique_ptr<uint8_t[]>> owned;
   uint64_t owned_bytes = 0;
+  // Other mappings the weights view (a GGUF file, model/gguf_model.h); null
+  // for safetensors checkpoints.
+  std::shared_ptr<const void> source;
 };
 
 // How load_model converts weights as it loads them.
@@ -182,7 +189,8 @@ struct LoadOptions {
   int quantize_group_size = 64;
 };
 
-// Loads config + weights of a checkpoint folder, checking that every tensor the
+// Loads config + weights of a checkpoint folder (or a GGUF file, or a folder
+// holding one: see model/gguf_model.h), checking that every tensor the
 // spec needs is present with the expected shape (Error names tensor, file,
 // expected and actual shape). Weights may be dense (F32/F16/BF16), MLX
 // affine-quantized (a `.scales` tensor beside the weight; config.json's

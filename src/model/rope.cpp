@@ -103,6 +103,17 @@ RopeTable make_rope_table(const RopeSpec& spec, int64_t head_dim) {
     case RopeType::Yarn: scale_yarn(spec, t.rotary_dim, t.inv_freq, &t.attention_scaling); break;
     case RopeType::Proportional: break;  // handled above
   }
+  if (!spec.freq_factors.empty()) {
+    if (int64_t(spec.freq_factors.size()) != half)
+      fail("rope: %zu frequency factors for %lld rotary frequencies", spec.freq_factors.size(),
+           (long long)half);
+    for (int64_t i = 0; i < half; ++i) {
+      if (!(spec.freq_factors[size_t(i)] > 0.0f))
+        fail("rope: frequency factor %lld is %g (must be positive)", (long long)i,
+             double(spec.freq_factors[size_t(i)]));
+      t.inv_freq[size_t(i)] /= spec.freq_factors[size_t(i)];
+    }
+  }
   return t;
 }
 

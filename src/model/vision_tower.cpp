@@ -136,6 +136,10 @@ bool is_vision_tensor(const std::string& name) {
 }
 
 std::unique_ptr<VisionTower> VisionTower::load(const Model& model) {
+  if (model.source)  // a GGUF model: its tower would be a separate mmproj file
+    fail(
+        "this GGUF model has no vision tower: vision towers from GGUF mmproj files are not "
+        "supported yet; use the safetensors checkpoint for images");
   const nlohmann::json config = read_config(model);
   const std::string type = config.value("model_type", "");
   if (!config.contains("vision_config") || config["vision_config"].is_null())
@@ -151,6 +155,7 @@ std::unique_ptr<VisionTower> VisionTower::load(const Model& model) {
 }
 
 bool VisionTower::present(const Model& model) {
+  if (model.source) return false;  // GGUF: no config.json; towers are separate mmproj files
   const nlohmann::json config = read_config(model);
   return config.contains("vision_config") && !config["vision_config"].is_null();
 }

@@ -360,8 +360,12 @@ nlohmann::ordered_json anthropic_to_chat(const nlohmann::ordered_json& body, boo
     const std::string type = need_string(*thinking, "type", "thinking");
     if (type != "enabled" && type != "disabled")
       throw invalid_value("thinking.type", "'thinking.type' must be 'enabled' or 'disabled'");
-    if (const ojson* b = field(*thinking, "budget_tokens"); b && !b->is_number_integer())
-      throw invalid_type("thinking.budget_tokens", "an integer");
+    if (const ojson* b = field(*thinking, "budget_tokens")) {
+      if (!b->is_number_integer()) throw invalid_type("thinking.budget_tokens", "an integer");
+      if (b->get<int64_t>() < 1 || b->get<int64_t>() > INT32_MAX)
+        throw invalid_value("thinking.budget_tokens", "'thinking.budget_tokens' must be >= 1");
+      if (type == "enabled") chat["thinking_budget"] = *b;
+    }
     chat["enable_thinking"] = type == "enabled";
   }
   if (const ojson* meta = field(body, "metadata"); meta && !meta->is_object())

@@ -22,7 +22,9 @@
 #include "server/chat_images.h"
 #include "server/connection_probe.h"
 #include "server/openai_response.h"
+#include "server/reasoning_budget.h"
 #include "server/server_state.h"
+#include "server/tool_choice.h"
 
 namespace tandem::server {
 
@@ -77,9 +79,10 @@ TemplateInputs template_inputs(const ServerState& s, const OpenAIRequest& r,
     t.kwargs = *kw;
   std::optional<bool> thinking = r.enable_thinking;
   if (!thinking && s.options.no_thinking) thinking = false;
-  // Structured output starts with the JSON: a template that can skip the
-  // reasoning block (Qwen3) is told to, unless the request says otherwise.
-  if (!thinking && r.response_format.active()) thinking = false;
+  // Structured output and forced tool calls start with the JSON or the call:
+  // a template that can skip the reasoning block (Qwen3) is told to, unless
+  // the request says otherwise.
+  if (!thinking && (r.response_format.active() || tool_choice_forced(r))) thinking = false;
   if (thinking) t.kwargs["enable_thinking"] = *thinking;
   return t;
 }
@@ -474,6 +477,12 @@ void run_generation(ServerState& s, Endpoint endpoint, const json& body, const s
   GenerationParams params = r.params;
   const ChatOutputConfig output = output_config(r, s.builder.load(), *engine, prompt.ids, params);
   if (r.response_format.active()) params.constraint = response_constraint(s, r, req.body);
+  if (tool_choice_forced(r))
+    params.constraint = tool_choice_constraint(r, nlohmann::ordered_json::parse(raw).at("tools"),
+                                               output, *s.builder.load());
+  else if (r.thinking_budget && !params.constraint && s.builder.load())
+    params.constraint = reasoning_budget_constraint(*r.thinking_budget, output, *s.builder.load(),
+                                                    engine->spec().vocab);
   const int32_t prompt_tokens = int32_t(prompt.ids.size());
   std::shared_ptr<RequestHandle> handle;
   try {
@@ -490,6 +499,9 @@ void run_generation(ServerState& s, Endpoint endpoint, const json& body, const s
   ctx.logprobs = r.logprobs;
   ctx.include_usage = r.include_usage;
   ctx.output = output;
+  // OpenAI chat streams send a call's arguments as they come; the other
+  // APIs' streams send each call whole.
+  ctx.output.stream_arguments = r.stream && !dialect;
   if (PromptBuilder* builder = s.builder.load())
     ctx.render = [builder](int32_t id) { return builder->token_text(id); };
   auto active = std::make_shared<ActiveRequest>(s, handle, std::move(ctx), probe, start);

@@ -5,6 +5,9 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "model/gguf.h"
+#include "model/gguf_model.h"
+#include "model/gguf_tokenizer.h"
 #include "server/errors.h"
 #include "text/detokenizer.h"
 
@@ -117,8 +120,25 @@ std::string expand_image_markers(const std::string& prompt, const ChatImages& im
   return out;
 }
 
-std::unique_ptr<ModelText> ModelText::load(const std::string& dir) {
+std::unique_ptr<ModelText> ModelText::load(const std::string& path) {
   namespace fs = std::filesystem;
+  std::string dir = path;
+  std::shared_ptr<GgufFile> gguf;
+  if (const std::string g = find_gguf_model(path); !g.empty()) {
+    // A tokenizer.json beside the .gguf wins over the GGUF metadata.
+    dir = fs::path(g).parent_path().string();
+    if (dir.empty()) dir = ".";
+    gguf = GgufFile::open(g);
+    if (!fs::exists(fs::path(dir) / "tokenizer.json")) {
+      if (!gguf->find("tokenizer.ggml.model")) return nullptr;
+      std::unique_ptr<ModelText> m(new ModelText(gguf_tokenizer(*gguf)));
+      const std::string source = gguf_chat_template(*gguf);
+      if (!source.empty())
+        m->chat_ = ChatTemplate::from_string(source, gguf_template_tokens(*gguf));
+      m->format_ = text::detect_chat_format(source, gguf_model_type(*gguf));
+      return m;
+    }
+  }
   if (!fs::exists(fs::path(dir) / "tokenizer.json") && !fs::exists(fs::path(dir) / "tekken.json"))
     return nullptr;
   std::unique_ptr<ModelText> m(new ModelText(text::Tokenizer::load(dir)));
@@ -128,8 +148,12 @@ std::unique_ptr<ModelText> ModelText::load(const std::string& dir) {
     for (const std::string& name : m->chat_->names()) sources += m->chat_->source(name);
   } catch (const Error&) {
     // No template: completions still work; chat answers 400 no_chat_template.
+    if (gguf && !gguf_chat_template(*gguf).empty()) {
+      sources = gguf_chat_template(*gguf);
+      m->chat_ = ChatTemplate::from_string(sources, gguf_template_tokens(*gguf));
+    }
   }
-  m->format_ = text::detect_chat_format(sources, model_type(dir));
+  m->format_ = text::detect_chat_format(sources, gguf ? gguf_model_type(*gguf) : model_type(dir));
   return m;
 }
 

@@ -27,6 +27,10 @@ class ModelText : public TextStreamer, public PromptBuilder {
   // The tokenizer of `dir` (tokenizer.json or tekken.json) and its chat
   // template if it has one; nullptr when the folder has no tokenizer.
   // Throws Error for a tokenizer or template file that is broken.
+  // A GGUF checkpoint (a .gguf file, or a folder holding one: model/gguf.h)
+  // takes the tokenizer.json beside it when there is one (its chat template
+  // files too, else the GGUF's), else the GGUF metadata's tokenizer and
+  // tokenizer.chat_template (model/gguf_tokenizer.h).
   static std::unique_ptr<ModelText> load(const std::string& dir);
 
   std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages,
@@ -37,6 +41,9 @@ class ModelText : public TextStreamer, public PromptBuilder {
   std::string token_text(int32_t id) override;
   text::ChatFormat chat_format() const override { return format_; }
   std::vector<int32_t> special_ids(const std::vector<std::string>& markers) const override;
+  int32_t single_token(const std::string& text) const override {
+    return tokenizer_.token_to_id(text);
+  }
   // Streams decode with special tokens skipped (they are not answer text).
   std::unique_ptr<TextStream> start() const override;
   // ... except those in `keep_special` (reasoning and tool-call markers).

@@ -437,7 +437,14 @@ OpenAIRequest parse_chat_request(const json& body, double max_timeout_s) {
   if (const json* choice = f.get("tool_choice"))
     r.tool_choice = parse_tool_choice(*choice, r.tools);
   if (auto v = f.boolean("parallel_tool_calls")) r.parallel_tool_calls = *v;
+  const bool forced_calls = r.tool_choice.mode == ToolChoice::Mode::Required ||
+                            r.tool_choice.mode == ToolChoice::Mode::Named;
+  if (forced_calls && r.response_format.active())
+    throw invalid_value("response_format",
+                        "'response_format' cannot be combined with 'tool_choice' \"required\" or "
+                        "a named function: the output is then the tool calls");
   r.enable_thinking = f.boolean("enable_thinking");
+  if (auto v = f.integer("thinking_budget", 1, INT32_MAX)) r.thinking_budget = int32_t(*v);
   if (const json* kw = f.get("chat_template_kwargs")) {
     if (!kw->is_object()) throw invalid_type("chat_template_kwargs", "an object");
     r.chat_template_kwargs = *kw;

@@ -22,9 +22,8 @@ namespace tandem::server {
 enum class Endpoint { Completions, Chat };
 
 // `tool_choice`: auto (the default), none (the template gets no tools and
-// the output is not parsed for calls), required, or one named function.
-// Until constrained decoding lands, required and named choices are not
-// enforced: the template gets the tools and the output is parsed as for auto.
+// the output is not parsed for calls), required, or one named function
+// (both enforced by constrained decoding: server/tool_choice.h).
 struct ToolChoice {
   enum class Mode { Auto, None, Required, Named };
   Mode mode = Mode::Auto;
@@ -50,6 +49,10 @@ struct OpenAIRequest {
   // when it is a boolean, else the top-level `enable_thinking` (extension);
   // nullopt: the server's default.
   std::optional<bool> enable_thinking;
+  // `thinking_budget` (extension; Anthropic's thinking.budget_tokens): the
+  // most tokens the reasoning block may take before its closing marker is
+  // forced (server/reasoning_budget.h).
+  std::optional<int32_t> thinking_budget;
 
   // Sampling, max_tokens, stop, logprobs, ignore_eos, timeout. max_tokens is
   // the requested value (default 16 for completions, "until the context is

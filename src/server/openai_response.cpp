@@ -60,9 +60,13 @@ json tool_calls_json(const std::vector<OutputToolCall>& calls, bool delta) {
   for (const OutputToolCall& c : calls) {
     json j = json::object();
     if (delta) j["index"] = c.index;
-    j["id"] = c.id;
-    j["type"] = "function";
-    j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    if (c.first) {
+      j["id"] = c.id;
+      j["type"] = "function";
+      j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    } else {
+      j["function"] = {{"arguments", c.arguments}};
+    }
     out.push_back(std::move(j));
   }
   return out;

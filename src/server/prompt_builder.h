@@ -66,6 +66,12 @@ class PromptBuilder {
     (void)markers;
     return {};
   }
+  // The id of the token whose text is exactly `text` (an added or special
+  // token such as "<tool_call>"), or -1.
+  virtual int32_t single_token(const std::string& text) const {
+    (void)text;
+    return -1;
+  }
   // The vocabulary as bytes and a trie, for response_format grammars (built
   // on first use, then shared). Null: structured outputs are unavailable.
   virtual std::shared_ptr<const text::TokenVocab> token_vocab() { return nullptr; }

@@ -93,4 +93,12 @@ std::shared_ptr<const ConstraintFactory> make_constraint(
   return std::make_shared<GrammarFactory>(c);
 }
 
+std::shared_ptr<const ConstraintFactory> grammar_constraint(
+    std::shared_ptr<const text::Grammar> grammar, std::shared_ptr<const text::TokenVocab> vocab) {
+  auto c = std::make_shared<Compiled>();
+  c->grammar = std::move(grammar);
+  c->vocab = std::move(vocab);
+  return std::make_shared<GrammarFactory>(c);
+}
+
 }  // namespace tandem::server

@@ -30,4 +30,9 @@ std::shared_ptr<const ConstraintFactory> make_constraint(
     const ResponseFormat& format, const nlohmann::ordered_json& schema,
     std::shared_ptr<const text::TokenVocab> vocab);
 
+// A constraint over a compiled grammar and `vocab` (which must be the one the
+// grammar's bytes refer to); its sequences share one mask cache.
+std::shared_ptr<const ConstraintFactory> grammar_constraint(
+    std::shared_ptr<const text::Grammar> grammar, std::shared_ptr<const text::TokenVocab> vocab);
+
 }  // namespace tandem::server

@@ -14,6 +14,8 @@ ChatFormat detect_chat_format(std::string_view tpl, std::string_view model_type)
   ChatFormat f;
   if (has(tpl, "<|tool_call>"))
     f.tools = ToolCallFormat::Gemma4;
+  else if (has(tpl, "func_name1(") || has(tpl, "[func_name("))  // a pythonic template
+    f.tools = ToolCallFormat::Pythonic;
   else if (has(tpl, "[TOOL_CALLS]"))
     f.tools = ToolCallFormat::Mistral;
   else if (has(tpl, "<tool_call>"))
@@ -67,6 +69,7 @@ std::vector<std::string> tool_call_markers(ToolCallFormat f) {
     case ToolCallFormat::Mistral: return {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
     case ToolCallFormat::Gemma4:
       return {"<|tool_call>", "<tool_call|>", "<|\"|>", "<|tool_response>"};
+    case ToolCallFormat::Pythonic: return {};
   }
   return {};
 }
@@ -80,16 +83,17 @@ void ChatDelta::append(ChatDelta d) {
   reasoning += d.reasoning;
   content += d.content;
   for (ToolCall& c : d.calls) calls.push_back(std::move(c));
+  for (ToolCallPiece& p : d.pieces) pieces.push_back(std::move(p));
 }
 
 ChatOutputParser::ChatOutputParser(ReasoningFormat reasoning, bool starts_in_reasoning,
-                                   ToolCallFormat tools)
-    : reasoning_(reasoning, starts_in_reasoning), tools_(tools) {}
+                                   ToolCallFormat tools, bool stream_arguments)
+    : reasoning_(reasoning, starts_in_reasoning), tools_(tools, stream_arguments) {}
 
 ChatDelta ChatOutputParser::push(std::string_view text) {
   ReasoningDelta r = reasoning_.push(text);
   ToolCallDelta t = tools_.push(r.content);
-  return {std::move(r.reasoning), std::move(t.content), std::move(t.calls)};
+  return {std::move(r.reasoning), std::move(t.content), std::move(t.calls), std::move(t.pieces)};
 }
 
 ChatDelta ChatOutputParser::flush() {
@@ -98,7 +102,8 @@ ChatDelta ChatOutputParser::flush() {
   ToolCallDelta end = tools_.flush();
   t.content += end.content;
   for (ToolCall& c : end.calls) t.calls.push_back(std::move(c));
-  return {std::move(r.reasoning), std::move(t.content), std::move(t.calls)};
+  for (ToolCallPiece& p : end.pieces) t.pieces.push_back(std::move(p));
+  return {std::move(r.reasoning), std::move(t.content), std::move(t.calls), std::move(t.pieces)};
 }
 
 }  // namespace tandem::text

@@ -37,7 +37,10 @@ struct ChatDelta {
   std::string reasoning;
   std::string content;
   std::vector<ToolCall> calls;
-  bool empty() const { return reasoning.empty() && content.empty() && calls.empty(); }
+  std::vector<ToolCallPiece> pieces;  // stream_arguments only (text/tool_call_parser.h)
+  bool empty() const {
+    return reasoning.empty() && content.empty() && calls.empty() && pieces.empty();
+  }
   void append(ChatDelta d);
 };
 
@@ -45,7 +48,8 @@ struct ChatDelta {
 // the two parsers: any split of the input gives the same result.
 class ChatOutputParser {
  public:
-  ChatOutputParser(ReasoningFormat reasoning, bool starts_in_reasoning, ToolCallFormat tools);
+  ChatOutputParser(ReasoningFormat reasoning, bool starts_in_reasoning, ToolCallFormat tools,
+                   bool stream_arguments = false);
   ChatDelta push(std::string_view text);
   ChatDelta flush();
   int calls() const { return tools_.calls(); }

@@ -1,5 +1,6 @@
 #include "text/json_schema_grammar.h"
 
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -43,20 +44,89 @@ Seq operator+(Seq a, const Seq& b) {
   return a;
 }
 
-class Compiler {
- public:
-  Compiler(const ojson* root, bool strict) : root_(root), strict_(strict) {}
+}  // namespace
 
-  GrammarBuilder b;
+class SchemaCompiler {
+ public:
+  SchemaCompiler(GrammarBuilder& builder, const ojson* root, SchemaOptions o)
+      : b(builder), root_(root), strict_(o.strict), opt_(std::move(o)) {}
+
+  GrammarBuilder& b;
+
+  void set_root(const ojson* root) {
+    root_ = root;
+    refs_.clear();
+  }
+
+  bool gemma() const { return opt_.syntax == ValueSyntax::Gemma4; }
+
+  // A value written in the output's syntax (enum and const values, keys).
+  std::string render(const ojson& v) const {
+    if (!gemma()) return v.dump();
+    if (v.is_string()) return opt_.quote + v.get<std::string>() + opt_.quote;
+    if (v.is_object()) {
+      std::string out = "{";
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (it != v.begin()) out += ",";
+        out += key(it.key()) + ":" + render(it.value());
+      }
+      return out + "}";
+    }
+    if (v.is_array()) {
+      std::string out = "[";
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + render(v[i]);
+      return out + "]";
+    }
+    return v.dump();
+  }
+
+  // A property name: JSON's quoted string; Gemma 4's bare key when it is a
+  // plain word (as its template writes them), else a quoted one.
+  std::string key(const std::string& k) const {
+    if (!gemma()) return nlohmann::json(k).dump();
+    bool bare = !k.empty();
+    for (char c : k)
+      bare =
+          bare && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.');
+    return bare ? k : opt_.quote + k + opt_.quote;
+  }
 
   // ---- building blocks ----
 
   int32_t ws() {
-    if (ws_ < 0) ws_ = b.opt(b.lit(" "));
+    if (ws_ < 0) ws_ = b.opt(gemma() ? Seq{} : b.lit(" "));  // Gemma 4: no spaces
     return ws_;
   }
 
+  // Gemma 4's string characters: any UTF-8 code point, raw (no escapes); a
+  // quote written as text (not one token) excludes '<'.
+  int32_t gemma_char() {
+    if (char_ >= 0) return char_;
+    char_ = b.rule();
+    ByteClass plain{};
+    for (int c = 0x01; c < 0x80; ++c)
+      if (c != '<' || opt_.quote.size() == 1) plain[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
+    b.alt(char_, {b.cls(plain)});
+    utf8_multibyte(char_);
+    return char_;
+  }
+
+  void utf8_multibyte(int32_t r) {
+    ByteClass e_mid{};
+    for (int c = 0xE1; c <= 0xEF; ++c)
+      if (c != 0xED) e_mid[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
+    const Sym cont = b.range(0x80, 0xBF);
+    b.alt(r, {b.range(0xC2, 0xDF), cont});
+    b.alt(r, {b.byte(0xE0), b.range(0xA0, 0xBF), cont});
+    b.alt(r, {b.cls(e_mid), cont, cont});
+    b.alt(r, {b.byte(0xED), b.range(0x80, 0x9F), cont});
+    b.alt(r, {b.byte(0xF0), b.range(0x90, 0xBF), cont, cont});
+    b.alt(r, {b.range(0xF1, 0xF3), cont, cont, cont});
+    b.alt(r, {b.byte(0xF4), b.range(0x80, 0x8F), cont, cont});
+  }
+
   int32_t string_char() {
+    if (gemma()) return gemma_char();
     if (char_ >= 0) return char_;
     char_ = b.rule();
     ByteClass plain{};
@@ -64,26 +134,17 @@ class Compiler {
       if (c != '"' && c != '\\') plain[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
     ByteClass esc{};
     for (char c : std::string("\"\\/bfnrt")) esc[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
-    ByteClass hex{}, hex_nod{}, e_mid{};
+    ByteClass hex{}, hex_nod{};
     for (char c : std::string("0123456789abcdefABCDEF")) {
       hex[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
       if (c != 'd' && c != 'D') hex_nod[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
     }
-    for (int c = 0xE1; c <= 0xEF; ++c)
-      if (c != 0xED) e_mid[size_t(c >> 6)] |= uint64_t(1) << (c & 63);
-    const Sym cont = b.range(0x80, 0xBF);
     const Sym h = b.cls(hex);
     b.alt(char_, {b.cls(plain)});
     b.alt(char_, {b.byte('\\'), b.cls(esc)});
     // \uXXXX, surrogates excluded (a lone one is not valid JSON text).
     b.alt(char_, {b.byte('\\'), b.byte('u'), b.cls(hex_nod), h, h, h});
-    b.alt(char_, {b.range(0xC2, 0xDF), cont});
-    b.alt(char_, {b.byte(0xE0), b.range(0xA0, 0xBF), cont});
-    b.alt(char_, {b.cls(e_mid), cont, cont});
-    b.alt(char_, {b.byte(0xED), b.range(0x80, 0x9F), cont});
-    b.alt(char_, {b.byte(0xF0), b.range(0x90, 0xBF), cont, cont});
-    b.alt(char_, {b.range(0xF1, 0xF3), cont, cont, cont});
-    b.alt(char_, {b.byte(0xF4), b.range(0x80, 0x8F), cont, cont});
+    utf8_multibyte(char_);
     return char_;
   }
 
@@ -98,10 +159,11 @@ class Compiler {
   int32_t string(int64_t min_len = 0, int64_t max_len = -1) {
     if (min_len == 0 && max_len < 0 && string_ >= 0) return string_;
     const Sym c = R(string_char());
-    Seq seq = b.lit("\"");
+    const Seq quote = b.lit(gemma() ? opt_.quote : "\"");
+    Seq seq = quote;
     for (int64_t i = 0; i < min_len; ++i) seq.push_back(c);
     seq.push_back(R(max_len < 0 ? b.star({c}) : upto({c}, max_len - min_len)));
-    seq.push_back(b.byte('"'));
+    seq = seq + quote;
     const int32_t r = b.rule();
     b.alt(r, seq);
     if (min_len == 0 && max_len < 0) string_ = r;
@@ -215,7 +277,7 @@ class Compiler {
                                  "or set strict to false, where it is not enforced)");
     }
     if (auto it = s.find("$ref"); it != s.end()) return reference(*it, join(path, "$ref"), depth);
-    if (auto it = s.find("pattern"); it != s.end()) {
+    if (auto it = s.find("pattern"); it != s.end() && !opt_.ignore_pattern) {
       const bool trivial =
           it->is_string() && (*it == ".*" || *it == "^.*$" || *it == "^(.*)$" || *it == "");
       if (!trivial)
@@ -225,12 +287,12 @@ class Compiler {
     }
     std::vector<int32_t> alts;
     if (auto it = s.find("const"); it != s.end()) {
-      alts.push_back(literal(it->dump()));
+      alts.push_back(literal(render(*it)));
     } else if (auto it = s.find("enum"); it != s.end()) {
       if (!it->is_array() || it->empty())
         error(join(path, "enum"), "'enum' must be a non-empty array");
       const int32_t r = b.rule();
-      for (const ojson& v : *it) b.alt(r, b.lit(v.dump()));
+      for (const ojson& v : *it) b.alt(r, b.lit(render(v)));
       alts.push_back(r);
     } else if (s.contains("anyOf") || s.contains("oneOf")) {
       const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
@@ -341,8 +403,7 @@ class Compiler {
       b.alt(T[n], {});
     }
     for (size_t i = n; i-- > 0;) {
-      const Seq kv = b.lit(nlohmann::json(props[i].name).dump()) +
-                     Seq{b.byte(':'), R(ws()), R(props[i].value)};
+      const Seq kv = b.lit(key(props[i].name)) + Seq{b.byte(':'), R(ws()), R(props[i].value)};
       T[i] = b.rule();
       F[i] = b.rule();
       b.alt(T[i], Seq{b.byte(','), R(ws())} + kv + Seq{R(T[i + 1])});
@@ -428,33 +489,59 @@ class Compiler {
  private:
   const ojson* root_;
   bool strict_;
+  SchemaOptions opt_;
   std::map<std::string, int32_t> refs_;
   int32_t ws_ = -1, char_ = -1, string_ = -1, digits_ = -1, integer_ = -1, number_ = -1, bool_ = -1,
           null_ = -1, any_ = -1, any_object_ = -1;
 };
 
-}  // namespace
+SchemaRules::SchemaRules(GrammarBuilder& b, SchemaOptions o)
+    : c_(std::make_unique<SchemaCompiler>(b, nullptr, std::move(o))) {}
 
-Grammar json_object_grammar() {
-  Compiler c(nullptr, false);
-  const int32_t root = c.any_object();
-  return c.b.build(root);
+SchemaRules::~SchemaRules() = default;
+
+int32_t SchemaRules::schema(const nlohmann::ordered_json& s) {
+  c_->set_root(&s);
+  const int32_t r = c_->compile(s, "", 0);
+  c_->set_root(nullptr);
+  return r;
 }
 
-Grammar json_value_grammar() {
-  Compiler c(nullptr, false);
-  const int32_t root = c.any_value();
-  return c.b.build(root);
+int32_t SchemaRules::any_object() {
+  return c_->any_object();
 }
 
-Grammar compile_json_schema(const nlohmann::ordered_json& schema, bool strict) {
-  Compiler c(&schema, strict);
-  const int32_t root = c.compile(schema, "", 0);
-  Grammar g = c.b.build(root);
+std::string SchemaRules::render(const nlohmann::ordered_json& v) const {
+  return c_->render(v);
+}
+
+void check_not_left_recursive(const Grammar& g) {
   if (left_recursive(g))
     throw SchemaError("",
                       "the schema refers to itself before writing anything (a $ref cycle "
                       "through anyOf/oneOf or $ref alone); it cannot be generated");
+}
+
+Grammar json_object_grammar() {
+  GrammarBuilder b;
+  const int32_t root = SchemaRules(b, {}).any_object();
+  return b.build(root);
+}
+
+Grammar json_value_grammar() {
+  GrammarBuilder b;
+  SchemaCompiler c(b, nullptr, {});
+  const int32_t root = c.any_value();
+  return b.build(root);
+}
+
+Grammar compile_json_schema(const nlohmann::ordered_json& schema, bool strict) {
+  GrammarBuilder b;
+  SchemaOptions o;
+  o.strict = strict;
+  const int32_t root = SchemaRules(b, o).schema(schema);
+  Grammar g = b.build(root);
+  check_not_left_recursive(g);
   return g;
 }
 

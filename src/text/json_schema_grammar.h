@@ -19,6 +19,7 @@
 // (they fit in int64) and exponents at most 2 (numbers are finite doubles).
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -37,6 +38,41 @@ struct SchemaError : std::runtime_error {
       : std::runtime_error(msg), path(std::move(path)) {}
   std::string path;
 };
+
+// How values are written. Gemma4: Gemma 4's tool-call argument syntax
+// (text/tool_call_parser.h): strings between `quote` bytes, raw (no
+// escapes); bare keys where they are plain words (letters, digits, _ - .),
+// else quoted; no spaces. Numbers, true/false/null and brackets as JSON.
+enum class ValueSyntax { Json, Gemma4 };
+
+struct SchemaOptions {
+  bool strict = false;
+  bool ignore_pattern = false;  // `pattern` is not enforced instead of refused
+  ValueSyntax syntax = ValueSyntax::Json;
+  std::string quote;  // Gemma4: the string delimiter's bytes
+};
+
+class SchemaCompiler;
+
+// Compiles schemas into rules of a caller's builder; several schemas may
+// share one builder (and its common rules). Each schema is its own root for
+// $ref.
+class SchemaRules {
+ public:
+  SchemaRules(GrammarBuilder& b, SchemaOptions o);
+  ~SchemaRules();
+  // The rule of one value valid against `s`. Throws SchemaError.
+  int32_t schema(const nlohmann::ordered_json& s);
+  int32_t any_object();
+  // A value as the syntax writes it.
+  std::string render(const nlohmann::ordered_json& v) const;
+
+ private:
+  std::unique_ptr<SchemaCompiler> c_;
+};
+
+// Throws SchemaError when `g` cannot be run (a $ref cycle writing nothing).
+void check_not_left_recursive(const Grammar& g);
 
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar();

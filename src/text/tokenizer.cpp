@@ -104,6 +104,13 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return t;
 }
 
+Tokenizer Tokenizer::from_json_text(const std::string& tokenizer_json,
+                                    const std::string& config_json, const std::string& source) {
+  Tokenizer t;
+  t.core_ = load_tokenizer_json_text(tokenizer_json, config_json, source);
+  return t;
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);

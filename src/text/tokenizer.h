@@ -43,6 +43,10 @@ class Tokenizer {
   // tekken.json), a tokenizer.json file, or a tekken.json file. Throws
   // tandem::Error naming the file and the problem.
   static Tokenizer load(const std::string& path);
+  // A tokenizer from the texts of a tokenizer.json and its tokenizer_config.json
+  // ("" = none), e.g. built from GGUF metadata; `source` names it in errors.
+  static Tokenizer from_json_text(const std::string& tokenizer_json, const std::string& config_json,
+                                  const std::string& source);
 
   std::vector<int32_t> encode(std::string_view text, bool add_special = true) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;

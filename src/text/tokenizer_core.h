@@ -48,5 +48,10 @@ struct TokenizerCore {
 std::shared_ptr<TokenizerCore> load_tokenizer_json(const std::string& path,
                                                    const std::string& config_path);
 std::shared_ptr<TokenizerCore> load_tekken(const std::string& path);
+// The same from the texts of a tokenizer.json and a tokenizer_config.json
+// ("" = none), built in memory (GGUF metadata); `source` names them in errors.
+std::shared_ptr<TokenizerCore> load_tokenizer_json_text(const std::string& tokenizer_json,
+                                                        const std::string& config_json,
+                                                        const std::string& source);
 
 }  // namespace tandem::text

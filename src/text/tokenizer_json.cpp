@@ -137,9 +137,12 @@ std::vector<std::string> class_default_specials(const std::string& cls) {
 
 }  // namespace
 
-std::shared_ptr<TokenizerCore> load_tokenizer_json(const std::string& path,
-                                                   const std::string& config_path) {
-  json j = read_json(path);
+namespace {
+
+// The tokenizer of parsed tokenizer.json `j` and tokenizer_config.json `cfg`
+// (nullptr: none); `path` names the source in errors.
+std::shared_ptr<TokenizerCore> load_parsed(const json& j, const json* cfg_ptr,
+                                           const std::string& path) {
   auto c = std::make_shared<TokenizerCore>();
   c->format = "tokenizer.json";
   c->source = path;
@@ -167,8 +170,8 @@ std::shared_ptr<TokenizerCore> load_tokenizer_json(const std::string& path,
     fail("%s: unexpected structure: %s", path.c_str(), e.what());
   }
 
-  if (config_path.empty()) return c;
-  json cfg = read_json(config_path);
+  if (!cfg_ptr) return c;
+  const json& cfg = *cfg_ptr;
   auto id_or_none = [&](const std::string& tok) -> int32_t {
     if (tok.empty()) return -1;
     for (const auto& t : c->added.tokens())
@@ -207,6 +210,32 @@ std::shared_ptr<TokenizerCore> load_tokenizer_json(const std::string& path,
     if (id >= 0 && id < static_cast<int32_t>(c->special.size())) c->special[id] = 1;
   }
   return c;
+}
+
+}  // namespace
+
+std::shared_ptr<TokenizerCore> load_tokenizer_json(const std::string& path,
+                                                   const std::string& config_path) {
+  const json j = read_json(path);
+  if (config_path.empty()) return load_parsed(j, nullptr, path);
+  const json cfg = read_json(config_path);
+  return load_parsed(j, &cfg, path);
+}
+
+std::shared_ptr<TokenizerCore> load_tokenizer_json_text(const std::string& tokenizer_json,
+                                                        const std::string& config_json,
+                                                        const std::string& source) {
+  auto parse = [&](const std::string& text) {
+    try {
+      return json::parse(text);
+    } catch (const json::exception& e) {
+      fail("%s: invalid JSON: %s", source.c_str(), e.what());
+    }
+  };
+  const json j = parse(tokenizer_json);
+  if (config_json.empty()) return load_parsed(j, nullptr, source);
+  const json cfg = parse(config_json);
+  return load_parsed(j, &cfg, source);
 }
 
 }  // namespace tandem::text

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "text/pythonic_calls.h"
 #include "text/text_scan.h"
 
 namespace tandem::text {
@@ -201,17 +202,7 @@ class GemmaReader {
     size_t k = i_;
     while (k < s_.size() && !is_space(s_[k]) && s_[k] != ',' && s_[k] != '}' && s_[k] != ']') ++k;
     const std::string_view word = s_.substr(i_, k - i_);
-    if (word == "true" || word == "True") {
-      out = true;
-    } else if (word == "false" || word == "False") {
-      out = false;
-    } else if (word == "null" || word == "None") {
-      out = nullptr;
-    } else {
-      ojson j = ojson::parse(word, nullptr, false);
-      if (j.is_discarded() || !j.is_number()) return false;
-      out = std::move(j);
-    }
+    if (!parse_bare_scalar(word, out)) return false;
     i_ = k;
     return true;
   }
@@ -243,6 +234,7 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::Llama3Json: return "llama3-json";
     case ToolCallFormat::Mistral: return "mistral";
     case ToolCallFormat::Gemma4: return "gemma4";
+    case ToolCallFormat::Pythonic: return "pythonic";
   }
   return "none";
 }
@@ -274,13 +266,15 @@ std::optional<ToolCall> tool_call_from_json(const ojson& j) {
   return ToolCall{name->get<std::string>(), compact(args)};
 }
 
-ToolCallParser::ToolCallParser(ToolCallFormat format) : format_(format) {
+ToolCallParser::ToolCallParser(ToolCallFormat format, bool stream_arguments)
+    : stream_args_(stream_arguments), format_(format) {
   switch (format) {
     case ToolCallFormat::None: break;
     case ToolCallFormat::Hermes: marker_ = "<tool_call>"; break;
     case ToolCallFormat::Llama3Json: marker_ = "<|python_tag|>"; break;
     case ToolCallFormat::Mistral: marker_ = "[TOOL_CALLS]"; break;
     case ToolCallFormat::Gemma4: marker_ = "<|tool_call>"; break;
+    case ToolCallFormat::Pythonic: break;  // a list at the start of the answer
   }
 }
 
@@ -329,6 +323,12 @@ bool ToolCallParser::scan_text(ToolCallDelta& out, bool at_end) {
     return false;
   }
   size_t open = std::string::npos;
+  if (format_ == ToolCallFormat::Pythonic && at_start_) {
+    const size_t i = skip_space(buf_, 0);
+    if (i == buf_.size() && !at_end) return false;
+    if (i < buf_.size() && buf_[i] == '[') open = i;
+    at_start_ = false;
+  }
   if (format_ == ToolCallFormat::Llama3Json && at_start_) {
     // A bare JSON call only at the start of the output (or after a call,
     // with ";" between calls).
@@ -350,7 +350,7 @@ bool ToolCallParser::scan_text(ToolCallDelta& out, bool at_end) {
     }
     at_start_ = false;
   }
-  if (open == std::string::npos) open = buf_.find(marker_);
+  if (open == std::string::npos && !marker_.empty()) open = buf_.find(marker_);
   if (open == std::string::npos) {
     const size_t keep = at_end ? 0 : partial_marker_suffix(buf_, marker_);
     emit(std::string_view(buf_).substr(0, buf_.size() - keep), out);
@@ -362,7 +362,45 @@ bool ToolCallParser::scan_text(ToolCallDelta& out, bool at_end) {
   in_call_ = true;
   searched_ = 0;
   scan_ = JsonScan{};
+  st_ = Streamed{};
   return true;
+}
+
+// Finds the open call's head, then minifies its arguments as they come;
+// with stream_args_, gives out the call's first piece and the arguments.
+void ToolCallParser::stream_call(ToolCallDelta& out) {
+  const std::string_view b = buf_;
+  if (st_.head.state == CallHead::NeedMore) {
+    if (format_ == ToolCallFormat::Mistral) {
+      const size_t i = skip_space(b, marker_.size());
+      if (i < b.size() && b[i] == '[') {
+        st_.head.state = CallHead::NotStreamable;  // the JSON array form
+      } else {
+        const size_t next = b.find(marker_, marker_.size());
+        st_.head = mistral_call_head(b, marker_.size(), next);
+      }
+    } else if (format_ == ToolCallFormat::Hermes || format_ == ToolCallFormat::Llama3Json) {
+      const size_t from = b.starts_with(marker_) ? marker_.size() : 0;
+      const size_t open = skip_space(b, from);
+      if (open == b.size()) return;
+      if (b[open] != '{')
+        st_.head.state = CallHead::NotStreamable;
+      else
+        st_.head = json_call_head(b, open);
+    } else {
+      st_.head.state = CallHead::NotStreamable;
+    }
+    if (st_.head.state != CallHead::Found) return;
+    st_.pos = st_.head.args;
+  }
+  if (st_.head.state != CallHead::Found || st_.minifier.closed()) return;
+  size_t used = 0;
+  const std::string more = st_.minifier.push(b.substr(st_.pos), used);
+  st_.pos += used;
+  st_.args += more;
+  if (!stream_args_ || (st_.committed && more.empty())) return;
+  out.pieces.push_back({calls_, st_.committed ? "" : st_.head.name, more, !st_.committed});
+  st_.committed = true;
 }
 
 void ToolCallParser::completed(std::vector<ToolCall> calls, size_t raw_end, ToolCallDelta& out) {
@@ -370,8 +408,17 @@ void ToolCallParser::completed(std::vector<ToolCall> calls, size_t raw_end, Tool
   in_call_ = false;
   held_space_.clear();  // whitespace before a call is dropped
   drop_space_ = true;   // and after it
+  if (calls.size() == 1 && st_.head.state == CallHead::Found && st_.minifier.closed() &&
+      (st_.committed ||
+       ojson::parse(st_.args, nullptr, false) == ojson::parse(calls[0].arguments, nullptr, false)))
+    calls[0].arguments = st_.args;  // the model's own text (what was streamed)
+  for (ToolCall& c : calls) {
+    if (stream_args_ && !st_.committed)
+      out.pieces.push_back({calls_ + int(out.calls.size()), c.name, c.arguments, true});
+    out.calls.push_back(std::move(c));
+  }
   calls_ += int(calls.size());
-  for (ToolCall& c : calls) out.calls.push_back(std::move(c));
+  st_ = Streamed{};
   if (format_ == ToolCallFormat::Llama3Json) at_start_ = true;  // "; {" may follow
 }
 
@@ -379,6 +426,15 @@ void ToolCallParser::malformed(size_t raw_end, ToolCallDelta& out) {
   const std::string raw = buf_.substr(0, raw_end);
   buf_.erase(0, raw_end);
   in_call_ = false;
+  if (st_.committed) {
+    // Its first piece is out: it stays a call, and its text is not content.
+    ++calls_;
+    st_ = Streamed{};
+    held_space_.clear();
+    drop_space_ = true;
+    if (format_ == ToolCallFormat::Llama3Json) at_start_ = true;
+    return;
+  }
   emit(raw, out);
   if (format_ == ToolCallFormat::Llama3Json) at_start_ = false;
 }
@@ -386,6 +442,7 @@ void ToolCallParser::malformed(size_t raw_end, ToolCallDelta& out) {
 // The opened call at the start of buf_: true when it was decided (a call or
 // content), false while it needs more text.
 bool ToolCallParser::scan_call(ToolCallDelta& out, bool at_end) {
+  stream_call(out);
   const std::string_view b = buf_;
   switch (format_) {
     case ToolCallFormat::None: break;
@@ -428,6 +485,19 @@ bool ToolCallParser::scan_call(ToolCallDelta& out, bool at_end) {
       std::optional<ToolCall> call = call_from_json_text(b.substr(i, e - i));
       if (call)
         completed({std::move(*call)}, e, out);
+      else
+        malformed(e, out);
+      return true;
+    }
+    case ToolCallFormat::Pythonic: {
+      const size_t e = pythonic_extent(b, 0);
+      if (e == std::string_view::npos) {
+        if (at_end) malformed(buf_.size(), out);
+        return at_end;
+      }
+      std::optional<std::vector<ToolCall>> calls = parse_pythonic_calls(b.substr(0, e));
+      if (calls)
+        completed(std::move(*calls), e, out);
       else
         malformed(e, out);
       return true;
@@ -486,6 +556,21 @@ bool ToolCallParser::scan_call(ToolCallDelta& out, bool at_end) {
     }
   }
   return false;
+}
+
+bool parse_bare_scalar(std::string_view word, ojson& out) {
+  if (word == "true" || word == "True") {
+    out = true;
+  } else if (word == "false" || word == "False") {
+    out = false;
+  } else if (word == "null" || word == "None") {
+    out = nullptr;
+  } else {
+    ojson j = ojson::parse(word, nullptr, false);
+    if (j.is_discarded() || !j.is_number()) return false;
+    out = std::move(j);
+  }
+  return true;
 }
 
 }  // namespace tandem::text

@@ -9,13 +9,16 @@
 //              [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...] (older)
 //   Gemma4     <|tool_call>call:f{key:<|"|>text<|"|>,n:1,xs:[...]}<tool_call|>
 //              (strings between <|"|> tokens, bare keys)
+//   Pythonic   [f(a=1, b="x"), g()] as the whole answer (Llama 3.2 with a
+//              pythonic template: text/pythonic_calls.h)
 //
 // Mistral's and Gemma 4's markers are special tokens: the text stream must
 // keep them (GenerationParams::keep_special).
 //
 // Contract:
 //  - A call is given out once it is complete and valid: its arguments are a
-//    JSON object (given out as compact JSON text). "arguments" may also be
+//    JSON object, given out as compact JSON text (an object the model wrote
+//    as such: its text with the whitespace between JSON tokens removed). "arguments" may also be
 //    named "parameters", may be a string holding a JSON object, and may be
 //    absent ({}).
 //  - A malformed call (not JSON, no name, arguments not an object, never
@@ -35,9 +38,11 @@
 #include <string_view>
 #include <vector>
 
+#include "text/tool_call_stream.h"
+
 namespace tandem::text {
 
-enum class ToolCallFormat { None, Hermes, Llama3Json, Mistral, Gemma4 };
+enum class ToolCallFormat { None, Hermes, Llama3Json, Mistral, Gemma4, Pythonic };
 
 const char* tool_call_format_name(ToolCallFormat f);  // "none", "hermes", ...
 
@@ -47,15 +52,33 @@ struct ToolCall {
   bool operator==(const ToolCall&) const = default;
 };
 
+// A piece of a call, for streams: a call's first piece names it, later
+// ones add to its arguments; a call's pieces concatenate to its arguments.
+struct ToolCallPiece {
+  int index = 0;     // the call's place among the output's calls
+  std::string name;  // the first piece only
+  std::string arguments;
+  bool first = false;
+  bool operator==(const ToolCallPiece&) const = default;
+};
+
 struct ToolCallDelta {
   std::string content;
   std::vector<ToolCall> calls;
-  bool empty() const { return content.empty() && calls.empty(); }
+  std::vector<ToolCallPiece> pieces;  // with stream_arguments only
+  bool empty() const { return content.empty() && calls.empty() && pieces.empty(); }
 };
 
 class ToolCallParser {
  public:
-  explicit ToolCallParser(ToolCallFormat format);
+  // `stream_arguments`: also give out pieces (text/tool_call_stream.h). In
+  // the JSON-argument formats (Hermes, Llama 3 JSON, Mistral's [ARGS]) a
+  // call whose name comes first is given out as soon as its arguments
+  // object opens, then its arguments as the model writes them; such a call
+  // is committed: if it turns out malformed later (never closed, bad JSON),
+  // it stays a call with the arguments given so far, and its text is not
+  // content (as vLLM does). Other calls come as one piece once complete.
+  explicit ToolCallParser(ToolCallFormat format, bool stream_arguments = false);
 
   ToolCallDelta push(std::string_view text);
   // End of output: held-back text, and an unfinished call as content.
@@ -80,7 +103,19 @@ class ToolCallParser {
     bool in_string = false, escaped = false;
   };
   JsonScan scan_;
-  size_t searched_ = 0;  // the close (or next) marker is not before this
+  size_t searched_ = 0;
+
+  // The open call's head and arguments so far (text/tool_call_stream.h).
+  struct Streamed {
+    CallHead head;
+    JsonMinifier minifier;
+    size_t pos = 0;          // buf_ index the minifier has read to
+    std::string args;        // the arguments' minified text so far
+    bool committed = false;  // its first piece was given out
+  };
+  void stream_call(ToolCallDelta& out);
+  Streamed st_;
+  bool stream_args_ = false;  // the close (or next) marker is not before this
 
   ToolCallFormat format_;
   std::string marker_;       // the text that opens a call
@@ -100,5 +135,10 @@ std::optional<nlohmann::ordered_json> parse_gemma4_value(std::string_view text);
 // The call described by a JSON object {"name": ..., "arguments" | "parameters": ...}
 // (Hermes, Llama, Mistral's array form); nullopt when it is not one.
 std::optional<ToolCall> tool_call_from_json(const nlohmann::ordered_json& j);
+
+// An unquoted scalar as models write it in JSON-ish or Python-ish calls:
+// true/True, false/False, null/None, or a JSON number. False (out untouched)
+// for anything else.
+bool parse_bare_scalar(std::string_view word, nlohmann::ordered_json& out);
 
 }  // namespace tandem::text

@@ -1,12 +1,14 @@
 // The official OpenAI Node SDK against a live `tandem serve` (run by run.sh).
 //
-// Usage: node client.mjs BASE_URL FAULTY_BASE_URL TOOLS_BASE_URL IMAGE
+// Usage: node client.mjs BASE_URL FAULTY_BASE_URL TOOLS_BASE_URL IMAGE MISTRAL_BASE_URL
 //   BASE_URL        a server started with --api-key test-key --served-model-name node-test
 //   FAULTY_BASE_URL the same, with TANDEM_FAULT=step-throw@3 (fails mid-stream)
 //   TOOLS_BASE_URL  the same options over a tiny Gemma 4 with its real tokenizer and
 //                   chat template, every answer forced (TANDEM_FORCE_OUTPUT) to
 //                   reasoning then a get_weather call (run.sh)
 //   IMAGE           a PNG for the tool request with an image
+//   MISTRAL_BASE_URL a tiny Mistral 3 forced to a get_weather call (JSON
+//                   arguments, streamed in pieces)
 //
 // Checks: completions.create (non-stream and stream, same greedy ids),
 // models.list, and errors surfacing as the SDK's APIError subclasses with the
@@ -20,7 +22,7 @@ import { readFileSync } from 'node:fs';
 import OpenAI, { APIError } from 'openai';
 import { VERSION } from 'openai/version';
 
-const [baseURL, faultyURL, toolsURL, imagePath] = process.argv.slice(2);
+const [baseURL, faultyURL, toolsURL, imagePath, mistralURL] = process.argv.slice(2);
 const options = { apiKey: 'test-key', maxRetries: 0, timeout: 30_000 };
 const client = new OpenAI({ baseURL, ...options });
 const request = { model: 'node-test', prompt: [1, 2, 3, 4], max_tokens: 8, temperature: 0, ignore_eos: true };
@@ -135,6 +137,24 @@ assert.equal(final.choices[0].message.tool_calls[0].function.name, 'get_weather'
 assert.equal(final.choices[0].message.tool_calls[0].function.arguments, call.function.arguments);
 assert.deepEqual(argumentsDone.map((e) => e.name), ['get_weather']);
 
+// Arguments streamed in pieces as the model writes them (Mistral's JSON
+// arguments; the answer is forced: see run.sh): the SDK's accumulator joins
+// them into the same arguments as the non-stream answer.
+const mistral = new OpenAI({ baseURL: mistralURL, ...options });
+const mistralAsk = [{ role: 'system', content: 'Be brief.' }, ...ask];
+const mistralWhole = await mistral.chat.completions.create({ model: 'node-test', messages: mistralAsk, tools });
+assert.equal(mistralWhole.choices[0].message.tool_calls[0].function.arguments, '{"city":"Paris","unit":"celsius"}');
+const stream3 = mistral.chat.completions.stream({ model: 'node-test', messages: mistralAsk, tools });
+const argumentDeltas = [];
+stream3.on('tool_calls.function.arguments.delta', (e) => argumentDeltas.push(e.arguments_delta));
+const final3 = await stream3.finalChatCompletion();
+assert.equal(final3.choices[0].finish_reason, 'tool_calls');
+assert.equal(final3.choices[0].message.tool_calls[0].function.name, 'get_weather');
+assert.equal(final3.choices[0].message.tool_calls[0].function.arguments,
+  mistralWhole.choices[0].message.tool_calls[0].function.arguments);
+assert.ok(argumentDeltas.length > 3, `arguments in pieces, got ${JSON.stringify(argumentDeltas)}`);
+assert.equal(argumentDeltas.join(''), mistralWhole.choices[0].message.tool_calls[0].function.arguments);
+
 // The round trip: the assistant's call and the tool's result go back through
 // the template (the forced answer is the same call again).
 const followUp = await agent.chat.completions.create({
@@ -163,4 +183,4 @@ await expectApiError(
   agent.chat.completions.create({ model: 'node-test', messages: ask, tools, tool_choice: { type: 'function', function: { name: 'nope' } } }),
   400, 'invalid_value', 'tool_choice.function.name');
 
-console.log(`ok: create, stream, models, errors and a tool-call round trip through openai ${VERSION}`);
+console.log(`ok: create, stream, models, errors, a tool-call round trip and streamed arguments through openai ${VERSION}`);

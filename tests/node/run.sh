@@ -62,12 +62,22 @@ echo '{"image_processor_type": "Gemma4ImageProcessor", "max_soft_tokens": 70}' >
 forced='<|channel>thought
 The user wants the weather in Paris.<channel|><|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_response>'
 
+# A tiny Mistral 3 (JSON arguments: streamed in pieces as they are written).
+mistral="$work/mistral3-tools"
+rm -rf "$mistral" && mkdir -p "$mistral"
+sed 's/"max_position_embeddings": 256,/"max_position_embeddings": 4096,/' \
+  "$fixtures/parity/mistral3-f32/config.json" >"$mistral/config.json"
+ln -s "$fixtures/parity/mistral3-f32/model.safetensors" "$fixtures"/vision/mistral3/tokenizer/* "$mistral/"
+mistral_forced='[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "unit": "celsius"}'
+
 start_server server.log "$model"; main_port=$port
 TANDEM_FAULT=step-throw@3 start_server faulty.log "$model"; faulty_port=$port
 TANDEM_FORCE_OUTPUT="$forced" start_server tools.log "$gemma"; tools_port=$port
+TANDEM_FORCE_OUTPUT="$mistral_forced" start_server mistral.log "$mistral" --text-only; mistral_port=$port
 
 node client.mjs "http://127.0.0.1:$main_port/v1" "http://127.0.0.1:$faulty_port/v1" \
-  "http://127.0.0.1:$tools_port/v1" "$fixtures/vision/gemma4/input_0.png"
+  "http://127.0.0.1:$tools_port/v1" "$fixtures/vision/gemma4/input_0.png" \
+  "http://127.0.0.1:$mistral_port/v1"
 # /v1/responses through the OpenAI SDK, /v1/messages through Anthropic's.
 node messages_responses.mjs "http://127.0.0.1:$tools_port/v1" "$fixtures/vision/gemma4/input_0.png"
 
