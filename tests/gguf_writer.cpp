@@ -308,8 +308,13 @@ std::vector<float> matrix_values(const WeightMatrix& w) {
   return v;
 }
 
+std::vector<float> permute_head_rows(const std::vector<float>& v, int64_t rows, int64_t cols,
+                                     int64_t head_dim) {
+  return permute_rows(v, rows, cols, head_dim);
+}
+
 void write_model_gguf(const Model& m, const std::string& path, GgmlType type, GgmlType head_type,
-                      const std::string& skip) {
+                      const std::string& skip, const std::vector<std::string>& tokens) {
   const ModelSpec& s = m.spec;
   const Weights& w = m.weights;
   const std::string a = gguf_arch(s.arch);
@@ -342,6 +347,7 @@ void write_model_gguf(const Model& m, const std::string& path, GgmlType type, Gg
   if (s.final_softcap != 0) g.f32(a + ".final_logit_softcapping", s.final_softcap);
   if (s.bos_id >= 0) g.u32("tokenizer.ggml.bos_token_id", uint32_t(s.bos_id));
   if (!s.eos_ids.empty()) g.u32("tokenizer.ggml.eos_token_id", uint32_t(s.eos_ids[0]));
+  if (!tokens.empty()) g.str_array("tokenizer.ggml.tokens", tokens);
 
   auto vec = [&](const std::string& name, const std::vector<float>& v) {
     if (name == skip) return;

@@ -64,8 +64,25 @@ std::vector<float> matrix_values(const WeightMatrix& w);
 // layout: every matrix whose row length the block divides as `type` (F32 or
 // BF16 keep the values exactly; block types quantize), the others and all
 // vectors F32. `head_type` overrides the type of `output.weight` (untied).
-// The tensor named `skip` is left out (malformed-model tests).
+// The tensor named `skip` is left out (malformed-model tests). `tokens`,
+// when given, is written as tokenizer.ggml.tokens (the vocabulary's strings).
 void write_model_gguf(const Model& m, const std::string& path, GgmlType type, GgmlType head_type,
-                      const std::string& skip = "");
+                      const std::string& skip = "", const std::vector<std::string>& tokens = {});
+
+// Writes the vision tower of the Gemma 3 or Mistral 3 checkpoint `dir`
+// (config.json's vision_config, mm_tokens_per_image / spatial_merge_size,
+// text hidden size) as a llama.cpp mmproj GGUF, with llama.cpp's converter's
+// names and conventions (clip.* metadata, v.* / mm.* tensors; Gemma 3's
+// soft_emb_norm stored as 1 + w, Pixtral's q/k rows permuted per head):
+// matrices whose row length the block divides as `type`, the rest F32
+// (F16/BF16 `type`: every matrix and the patch embedding in it). `skip`
+// leaves a GGUF tensor out; `projector` overrides clip.projector_type.
+void write_mmproj_gguf(const std::string& dir, const std::string& path, GgmlType type,
+                       const std::string& skip = "", const std::string& projector = "");
+
+// llama.cpp's per-head Q/K row permutation (rotate-half -> interleaved RoPE)
+// of a [rows, cols] matrix.
+std::vector<float> permute_head_rows(const std::vector<float>& v, int64_t rows, int64_t cols,
+                                     int64_t head_dim);
 
 }  // namespace tandem::test

@@ -27,7 +27,7 @@ struct RunOptions {
   uint64_t seed = 0;
   int threads = 0;
   std::string quantize;  // --quantize q4|q8
-  std::string mmproj;    // --mmproj FILE (not supported yet)
+  std::string mmproj;    // --mmproj FILE: the vision tower for --image
   bool json = false;
   bool ignore_eos = false;
   bool chat = false;
@@ -41,7 +41,7 @@ struct LogitsOptions {
   bool all = false;
   int threads = 0;
   std::string quantize;  // --quantize q4|q8
-  std::string mmproj;    // --mmproj FILE (not supported yet)
+  std::string mmproj;    // --mmproj FILE: the vision tower for --image
 };
 
 // The prompt ids of `run`: --ids as given (image placeholders already
@@ -87,6 +87,7 @@ int run_generate(const RunOptions& o) {
         o.model.c_str());
   const text::Tokenizer* tok = model_text ? &model_text->tokenizer() : nullptr;
   auto model = load_model_verbose(o.model, quantize_options(o.quantize));
+  model->mmproj = o.mmproj;
   std::unique_ptr<VisionTower> tower;
   std::vector<PreparedImage> prepared;
   if (!o.images.empty()) {
@@ -147,6 +148,7 @@ int run_generate(const RunOptions& o) {
 int run_logits(const LogitsOptions& o) {
   std::vector<int32_t> ids = parse_id_list(o.ids, "--ids");
   auto model = load_model_verbose(o.model, quantize_options(o.quantize));
+  model->mmproj = o.mmproj;
   ThreadPool pool(o.threads);
   const int64_t n = int64_t(ids.size()), V = model->spec.vocab;
   KvPool kv_pool = single_sequence_pool(model->spec, n, Decoder::kDefaultStepTokens);

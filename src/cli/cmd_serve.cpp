@@ -34,7 +34,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   std::string quantize;  // --quantize q4|q8
-  std::string mmproj;    // --mmproj FILE (not supported yet)
+  std::string mmproj;    // --mmproj FILE: the vision tower (llama.cpp mmproj GGUF)
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 0;
@@ -157,7 +157,10 @@ server::VisionInfo load_vision(const Model& model, bool text_only,
   server::VisionInfo info;
   info.in_checkpoint = VisionTower::present(model);
   if (!info.in_checkpoint) {
-    info.unavailable = "the model has no vision tower (config.json has no vision_config)";
+    info.unavailable =
+        model.source ? "the GGUF model has no vision tower; start the server with --mmproj FILE "
+                       "(a llama.cpp mmproj GGUF) to accept images"
+                     : "the model has no vision tower (config.json has no vision_config)";
     return info;
   }
   info.weight_bytes = VisionTower::checkpoint_bytes(model);
@@ -174,7 +177,8 @@ server::VisionInfo load_vision(const Model& model, bool text_only,
   try {
     tower = VisionTower::load(model);
     info.loaded = true;
-    std::fprintf(stderr, "tandem serve: vision tower loaded (%.1f MB of weights)\n",
+    std::fprintf(stderr, "tandem serve: vision tower loaded%s%s (%.1f MB of weights)\n",
+                 model.mmproj.empty() ? "" : " from ", model.mmproj.c_str(),
                  double(info.weight_bytes) / 1e6);
   } catch (const Error& e) {
     info.unavailable = std::string("the vision tower failed to load: ") + e.what();
@@ -234,6 +238,7 @@ int run_serve(const ServeOptions& o) {
   // so a port in use fails at once; /health says "loading" meanwhile.
   const std::string dir = catalog::resolve_model_arg(o.model, /*allow_download=*/true);
   std::unique_ptr<Model> model = load_model_verbose(dir, quantize_options(o.quantize));
+  model->mmproj = o.mmproj;
   // The tokenizer and chat template, when the folder has them: without a
   // tokenizer, prompts must be token ids and responses carry ids only.
   std::unique_ptr<server::ModelText> text = server::ModelText::load(dir);

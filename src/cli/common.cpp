@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -43,16 +44,15 @@ void add_quantize_option(CLI::App* cmd, std::string& value) {
 
 void add_mmproj_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--mmproj", value,
-                  "Vision tower GGUF (llama.cpp mmproj file) for a GGUF model: not supported "
-                  "yet");
+                  "Vision tower from a llama.cpp mmproj GGUF (projector type gemma3), used for "
+                  "images instead of the model's own");
 }
 
 void check_mmproj(const std::string& value) {
-  if (!value.empty())
-    fail(
-        "--mmproj %s: vision towers from GGUF mmproj files are not supported yet; GGUF models "
-        "run text only (use the safetensors checkpoint for images)",
-        value.c_str());
+  if (value.empty()) return;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(value, ec))
+    fail("--mmproj %s: no such file (expected a llama.cpp mmproj .gguf)", value.c_str());
 }
 
 LoadOptions quantize_options(const std::string& value) {

@@ -21,9 +21,11 @@ std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOpti
 
 // Registers --quantize q4|q8 on a command that loads a model.
 void add_quantize_option(CLI::App* cmd, std::string& value);
-// Registers --mmproj FILE (a GGUF vision tower) on a command that loads a model.
+// Registers --mmproj FILE (a llama.cpp mmproj GGUF: the vision tower images
+// use, Model::mmproj) on a command that loads a model.
 void add_mmproj_option(CLI::App* cmd, std::string& value);
-// Error for a given --mmproj: GGUF vision towers are not supported yet.
+// Error naming the flag when a given --mmproj is not a file; the file itself
+// is read when the tower loads (VisionTower::load).
 void check_mmproj(const std::string& value);
 // The LoadOptions of a --quantize value ("" = none); Error on anything else.
 LoadOptions quantize_options(const std::string& value);

@@ -292,7 +292,7 @@ std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOption
   std::shared_ptr<GgufFile> f = GgufFile::open(path);
   if (options.quantize_bits != 0 && options.quantize_bits != 4 && options.quantize_bits != 8)
     fail("quantize: bits must be 4 or 8, got %d", options.quantize_bits);
-  auto model = std::make_unique<Model>(Model{gguf_model_spec(*f), Checkpoint{}, {}, {}, 0, f});
+  auto model = std::make_unique<Model>(Model{gguf_model_spec(*f), Checkpoint{}, {}, {}, 0, f, ""});
   const ModelSpec& s = model->spec;
   GgufWeights r(*f, options, *model);
   Weights& w = model->weights;

@@ -136,8 +136,8 @@ WeightMatrix read_head(const Checkpoint& ckpt, const WeightReader& r, const Mode
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
   if (const std::string gguf = find_gguf_model(dir); !gguf.empty())
     return load_gguf_model(gguf, options);
-  auto model =
-      std::make_unique<Model>(Model{load_model_spec(dir), Checkpoint::open(dir), {}, {}, 0, {}});
+  auto model = std::make_unique<Model>(
+      Model{load_model_spec(dir), Checkpoint::open(dir), {}, {}, 0, {}, ""});
   const ModelSpec& s = model->spec;
   MatrixLoader matrices(model->checkpoint, read_quant_config(dir), options.quantize_bits,
                         options.quantize_group_size, model->owned, model->owned_bytes);

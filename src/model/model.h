@@ -175,9 +175,12 @@ struct Model {
   // checkpoint's mappings.
   std::vector<std::unique_ptr<uint8_t[]>> owned;
   uint64_t owned_bytes = 0;
-  // Other mappings the weights view (a GGUF file, model/gguf_model.h); null
-  // for safetensors checkpoints.
+  // Other mappings the weights view: always a GgufFile (model/gguf_model.h)
+  // when set; null for safetensors checkpoints.
   std::shared_ptr<const void> source;
+  // A llama.cpp mmproj GGUF whose vision tower VisionTower::load uses
+  // (--mmproj; model/gguf_mmproj.h); "" = the checkpoint's own tower, if any.
+  std::string mmproj;
 };
 
 // How load_model converts weights as it loads them.

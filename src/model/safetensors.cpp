@@ -300,7 +300,8 @@ TensorView SafetensorsFile::view(const TensorInfo& info) const {
   TensorView v;
   v.dtype = info.dtype;
   v.shape = info.shape;
-  v.data = data_ + info.begin;  // possibly unaligned; see the top of this file
+  v.data = memory_.empty() ? data_ + info.begin  // possibly unaligned; see the top of this file
+                           : memory_[size_t(&info - tensors_.data())];
   return v;
 }
 
@@ -425,6 +426,25 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   if (paths.empty()) fail("no .safetensors files in %s", d);
   std::sort(paths.begin(), paths.end());
   for (const std::string& p : paths) add_file(SafetensorsFile::open(p));
+  return ck;
+}
+
+Checkpoint Checkpoint::from_memory(const std::string& label, std::vector<MemoryTensor> tensors,
+                                   std::shared_ptr<const void> owner) {
+  auto f = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
+  f->path_ = label;
+  f->owner_ = std::move(owner);
+  for (MemoryTensor& t : tensors) {
+    const uint64_t bytes = uint64_t(shape_numel(t.shape)) * dtype_size(t.dtype);
+    if (!f->index_.emplace(t.name, f->tensors_.size()).second)
+      fail("%s: tensor \"%s\" appears twice", label.c_str(), t.name.c_str());
+    f->tensors_.push_back(TensorInfo{std::move(t.name), t.dtype, std::move(t.shape), 0, bytes});
+    f->memory_.push_back(t.data);
+  }
+  Checkpoint ck;
+  ck.dir_ = label;
+  for (const TensorInfo& t : f->tensors_) ck.tensors_.emplace(t.name, std::make_pair(f.get(), &t));
+  ck.files_.push_back(std::move(f));
   return ck;
 }
 

@@ -46,8 +46,13 @@ class SafetensorsFile {
   TensorView view(const TensorInfo& info) const;
 
  private:
+  friend class Checkpoint;
   SafetensorsFile() = default;
   std::string path_;
+  // In-memory tensors (Checkpoint::from_memory): each tensor's data, in the
+  // order of tensors_, kept alive by owner_; empty for a mapped file.
+  std::vector<const void*> memory_;
+  std::shared_ptr<const void> owner_;
   const uint8_t* map_ = nullptr;
   size_t map_size_ = 0;
   const uint8_t* data_ = nullptr;  // start of the data section
@@ -62,6 +67,21 @@ class SafetensorsFile {
 class Checkpoint {
  public:
   static Checkpoint open(const std::string& dir);
+
+  // One tensor held elsewhere, for from_memory().
+  struct MemoryTensor {
+    std::string name;
+    DType dtype = DType::F32;
+    Shape shape;
+    const void* data = nullptr;  // numel(shape) * dtype_size(dtype) bytes
+  };
+  // A checkpoint over tensors that already live in memory (e.g. a GGUF
+  // mmproj file's tensors under their transformers names:
+  // model/gguf_mmproj.h). `owner` keeps their memory alive as long as any
+  // copy of the checkpoint or any view's user holds it; `label` is what dir()
+  // and file_of() name in errors. Error on a duplicate name.
+  static Checkpoint from_memory(const std::string& label, std::vector<MemoryTensor> tensors,
+                                std::shared_ptr<const void> owner);
 
   const std::string& dir() const { return dir_; }
   bool has(const std::string& name) const;

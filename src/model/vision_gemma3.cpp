@@ -83,7 +83,9 @@ std::unique_ptr<Gemma3Vision> Gemma3Vision::load(const Checkpoint& ckpt,
   if (m.empty())
     fail("%s: no multi_modal_projector.mm_input_projection_weight", ckpt.dir().c_str());
   v->soft_norm_ = vision::read_f32(ckpt, m + "mm_soft_emb_norm.weight", {H});
-  for (float& w : v->soft_norm_) w += 1.0f;  // Gemma RMSNorm: x̂ · (1 + w)
+  // Gemma RMSNorm: x̂ · (1 + w); llama.cpp's mmproj files store 1 + w already.
+  if (!config.value("tandem_soft_emb_norm_plus_one", false))
+    for (float& w : v->soft_norm_) w += 1.0f;
   // Stored [in = H, out = D]; matmul wants rows of outputs.
   std::vector<float> proj =
       vision::read_f32(ckpt, m + "mm_input_projection_weight", {H, text_hidden});

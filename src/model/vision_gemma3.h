@@ -25,8 +25,10 @@ namespace tandem {
 class Gemma3Vision {
  public:
   // `config` is the checkpoint's whole config.json (vision_config,
-  // mm_tokens_per_image); `text_hidden` the language model's D. Throws Error
-  // naming the tensor or field at fault.
+  // mm_tokens_per_image; "tandem_soft_emb_norm_plus_one": true when the
+  // soft-token norm weight is stored as 1 + w, as in a GGUF mmproj);
+  // `text_hidden` the language model's D. Throws Error naming the tensor or
+  // field at fault.
   static std::unique_ptr<Gemma3Vision> load(const Checkpoint& ckpt, const nlohmann::json& config,
                                             int64_t text_hidden);
 

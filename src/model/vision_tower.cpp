@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "image/preprocess.h"
 #include "image/resize.h"
+#include "model/gguf.h"
+#include "model/gguf_mmproj.h"
 #include "model/vision_gemma3.h"
 #include "model/vision_pixtral.h"
 
@@ -32,18 +34,21 @@ int32_t config_id(const nlohmann::json& config, std::initializer_list<const char
   return fallback;
 }
 
-// Mean and std of the model's image processor (preprocessor_config.json),
-// the family's defaults when the folder has none.
-void normalization(const std::string& dir, std::array<float, 3>& mean, std::array<float, 3>& std) {
+// The folder's preprocessor_config.json, or an empty object when it has none.
+nlohmann::json read_preprocessor(const std::string& dir) {
   const std::string path = dir + "/preprocessor_config.json";
-  if (!std::filesystem::exists(path)) return;
+  if (!std::filesystem::exists(path)) return nlohmann::json::object();
   std::ifstream f(path);
-  nlohmann::json p;
   try {
-    p = nlohmann::json::parse(f);
+    return nlohmann::json::parse(f);
   } catch (const nlohmann::json::exception& e) {
     fail("%s: not valid JSON: %s", path.c_str(), e.what());
   }
+}
+
+// Mean and std of the image processor (preprocessor_config.json's fields),
+// the family's defaults where absent.
+void normalization(const nlohmann::json& p, std::array<float, 3>& mean, std::array<float, 3>& std) {
   for (int c = 0; c < 3; ++c) {
     if (p.contains("image_mean") && p["image_mean"].is_array())
       mean[c] = p["image_mean"][c].get<float>();
@@ -52,19 +57,23 @@ void normalization(const std::string& dir, std::array<float, 3>& mean, std::arra
   }
 }
 
+// `ckpt` holds the tower's tensors (the model's checkpoint, or an mmproj's
+// translation: kept alive by the tower); `config` is config.json-shaped,
+// `preprocessor` preprocessor_config.json-shaped.
 class Gemma3Tower : public VisionTower {
  public:
-  Gemma3Tower(const Model& model, const nlohmann::json& config)
-      : tower_(Gemma3Vision::load(model.checkpoint, config, model.spec.hidden)) {
+  Gemma3Tower(const Checkpoint& ckpt, const nlohmann::json& config, int64_t text_hidden,
+              const nlohmann::json& preprocessor)
+      : source_(ckpt), tower_(Gemma3Vision::load(source_, config, text_hidden)) {
     layout_ = ImageLayout::Gemma3;
     ids_.placeholder = config_id(config, {"image_token_index", "image_token_id"}, 262144);
     ids_.begin = config_id(config, {"boi_token_index", "boi_token_id"}, 255999);
     ids_.end = config_id(config, {"eoi_token_index", "eoi_token_id"}, 256000);
     ids_.marker = ids_.begin;
     bidirectional_ = true;
-    text_hidden_ = model.spec.hidden;
+    text_hidden_ = text_hidden;
     max_tokens_ = tower_->tokens_per_image();
-    normalization(model.checkpoint.dir(), mean_, std_);
+    normalization(preprocessor, mean_, std_);
   }
 
   PreparedImage prepare(const Image& image) const override {
@@ -83,23 +92,25 @@ class Gemma3Tower : public VisionTower {
   }
 
  private:
+  Checkpoint source_;
   std::unique_ptr<Gemma3Vision> tower_;
   std::array<float, 3> mean_{0.5f, 0.5f, 0.5f}, std_{0.5f, 0.5f, 0.5f};
 };
 
 class PixtralTower : public VisionTower {
  public:
-  PixtralTower(const Model& model, const nlohmann::json& config)
-      : tower_(PixtralVision::load(model.checkpoint, config, model.spec.hidden)) {
+  PixtralTower(const Checkpoint& ckpt, const nlohmann::json& config, int64_t text_hidden,
+               const nlohmann::json& preprocessor)
+      : source_(ckpt), tower_(PixtralVision::load(source_, config, text_hidden)) {
     layout_ = ImageLayout::Pixtral;
     ids_.placeholder = config_id(config, {"image_token_index", "image_token_id"}, 10);
     ids_.row_break = config_id(config, {"image_break_token_id"}, 12);
     ids_.end = config_id(config, {"image_end_token_id"}, 13);
     ids_.marker = ids_.placeholder;
-    text_hidden_ = model.spec.hidden;
+    text_hidden_ = text_hidden;
     const int64_t side = tower_->image_size() / tower_->patch_multiple();
     max_tokens_ = side * side;
-    normalization(model.checkpoint.dir(), mean_, std_);
+    normalization(preprocessor, mean_, std_);
   }
 
   PreparedImage prepare(const Image& image) const override {
@@ -121,10 +132,65 @@ class PixtralTower : public VisionTower {
   }
 
  private:
+  Checkpoint source_;
   std::unique_ptr<PixtralVision> tower_;
   std::array<float, 3> mean_{0.48145466f, 0.4578275f, 0.40821073f},
       std_{0.26862954f, 0.26130258f, 0.27577711f};
 };
+
+// The id of `token` in a GGUF text model's tokenizer.ggml.tokens, or Error
+// naming the file, the token and the mmproj that needs it.
+int32_t gguf_token_id(const GgufFile& f, const std::string& token, const std::string& mmproj) {
+  const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  if (!tokens || !tokens->is_array())
+    fail(
+        "%s: no tokenizer.ggml.tokens, so the image token \"%s\" that --mmproj %s needs cannot "
+        "be found",
+        f.path().c_str(), token.c_str(), mmproj.c_str());
+  const auto& list = tokens->as_array();
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].is_string() && list[i].as_string() == token) return int32_t(i);
+  fail("%s: the tokenizer has no \"%s\" token, which images with --mmproj %s need",
+       f.path().c_str(), token.c_str(), mmproj.c_str());
+}
+
+// The tower of model.mmproj, its image token ids from the text model: a GGUF
+// model's tokenizer.ggml.tokens, or a checkpoint's config.json.
+std::unique_ptr<VisionTower> load_mmproj_tower(const Model& model) {
+  MmprojTower m = open_mmproj(model.mmproj);
+  const bool pixtral = m.projector == "pixtral";
+  const std::string& arch = model.spec.arch;
+  if (pixtral ? arch != "ministral3" && arch != "llama" : arch != "gemma3_text")
+    fail("--mmproj %s: projector type %s needs a %s text model, not %s", m.path.c_str(),
+         m.projector.c_str(), pixtral ? "Mistral 3 (ministral3 or llama)" : "Gemma 3",
+         arch.c_str());
+  if (m.projection_dim != 0 && m.projection_dim != model.spec.hidden)
+    fail("--mmproj %s: clip.vision.projection_dim is %lld but the text model's hidden size is %lld",
+         m.path.c_str(), (long long)m.projection_dim, (long long)model.spec.hidden);
+  nlohmann::json config = m.config;
+  // config.json key <- the token's text.
+  using Keys = std::vector<std::pair<const char*, const char*>>;
+  const Keys tokens = pixtral ? Keys{{"image_token_index", "[IMG]"},
+                                     {"image_break_token_id", "[IMG_BREAK]"},
+                                     {"image_end_token_id", "[IMG_END]"}}
+                              : Keys{{"image_token_index", "<image_soft_token>"},
+                                     {"boi_token_index", "<start_of_image>"},
+                                     {"eoi_token_index", "<end_of_image>"}};
+  if (model.source) {
+    const GgufFile& text = *std::static_pointer_cast<const GgufFile>(model.source);
+    for (auto [key, token] : tokens) config[key] = gguf_token_id(text, token, m.path);
+  } else {
+    const nlohmann::json text = read_config(model);
+    for (auto [key, token] : tokens)
+      if (text.contains(key)) config[key] = text[key];
+  }
+  // Pixtral's projector norm uses the text model's epsilon, as transformers
+  // does (Gemma 3 does not read it).
+  config["text_config"]["rms_norm_eps"] = model.spec.norm_eps;
+  if (pixtral)
+    return std::make_unique<PixtralTower>(m.checkpoint, config, model.spec.hidden, m.preprocessor);
+  return std::make_unique<Gemma3Tower>(m.checkpoint, config, model.spec.hidden, m.preprocessor);
+}
 
 }  // namespace
 
@@ -136,17 +202,22 @@ bool is_vision_tensor(const std::string& name) {
 }
 
 std::unique_ptr<VisionTower> VisionTower::load(const Model& model) {
-  if (model.source)  // a GGUF model: its tower would be a separate mmproj file
+  if (!model.mmproj.empty()) return load_mmproj_tower(model);
+  if (model.source)  // a GGUF model: its tower is a separate mmproj file
     fail(
-        "this GGUF model has no vision tower: vision towers from GGUF mmproj files are not "
-        "supported yet; use the safetensors checkpoint for images");
+        "this GGUF model has no vision tower: give its llama.cpp mmproj file with --mmproj FILE "
+        "(projector types gemma3, pixtral), or use the safetensors checkpoint for images");
   const nlohmann::json config = read_config(model);
   const std::string type = config.value("model_type", "");
   if (!config.contains("vision_config") || config["vision_config"].is_null())
     fail("%s: config.json has no vision_config, so this model takes no images",
          model.checkpoint.dir().c_str());
-  if (type == "gemma3") return std::make_unique<Gemma3Tower>(model, config);
-  if (type == "mistral3") return std::make_unique<PixtralTower>(model, config);
+  if (type == "gemma3")
+    return std::make_unique<Gemma3Tower>(model.checkpoint, config, model.spec.hidden,
+                                         read_preprocessor(model.checkpoint.dir()));
+  if (type == "mistral3")
+    return std::make_unique<PixtralTower>(model.checkpoint, config, model.spec.hidden,
+                                          read_preprocessor(model.checkpoint.dir()));
   if (type == "gemma4") return load_gemma4_tower(model, config);
   fail(
       "%s: images are supported for Gemma 3, Gemma 4 and Mistral 3 checkpoints, not model_type "
@@ -155,12 +226,18 @@ std::unique_ptr<VisionTower> VisionTower::load(const Model& model) {
 }
 
 bool VisionTower::present(const Model& model) {
+  if (!model.mmproj.empty()) return true;
   if (model.source) return false;  // GGUF: no config.json; towers are separate mmproj files
   const nlohmann::json config = read_config(model);
   return config.contains("vision_config") && !config["vision_config"].is_null();
 }
 
 size_t VisionTower::checkpoint_bytes(const Model& model) {
+  if (!model.mmproj.empty()) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(model.mmproj, ec);
+    return ec ? 0 : size_t(bytes);
+  }
   size_t bytes = 0;
   for (const std::string& name : model.checkpoint.names())
     if (is_vision_tensor(name)) bytes += model.checkpoint.tensor_bytes(name);

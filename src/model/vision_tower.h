@@ -12,8 +12,9 @@
 // attend to each other (bidirectional).
 //
 // Families: Gemma 3 (SigLIP), Gemma 4 (its own ViT with 2D RoPE and a
-// pooler), Mistral 3 (Pixtral). Text-only use never constructs a tower, so
-// none of its tensors is read.
+// pooler), Mistral 3 (Pixtral); Gemma 3 and Pixtral towers also from a
+// llama.cpp mmproj GGUF (--mmproj). Text-only use never constructs a tower,
+// so none of its tensors is read.
 #pragma once
 
 #include <cstdint>
@@ -59,14 +60,19 @@ class VisionTower {
  public:
   virtual ~VisionTower() = default;
 
-  // The tower of `model`'s checkpoint, per config.json's model_type. Throws
-  // Error naming the folder (no vision_config, a family without a tower in
-  // tandem) or the tensor or field at fault.
+  // The tower of `model`'s checkpoint, per config.json's model_type; or,
+  // when model.mmproj is set, the tower of that llama.cpp mmproj file
+  // (model/gguf_mmproj.h) with the image token ids of the text model (a
+  // GGUF's tokenizer.ggml.tokens, else config.json). Throws Error naming the
+  // folder or file (no vision_config, a family without a tower in tandem, a
+  // text model of another family than the mmproj's) or the tensor or field
+  // at fault.
   static std::unique_ptr<VisionTower> load(const Model& model);
-  // Whether config.json describes a vision tower at all (no tensor is read).
+  // Whether config.json describes a vision tower, or an mmproj is given (no
+  // tensor is read).
   static bool present(const Model& model);
-  // Bytes of the checkpoint's vision tensors (tower and projector): what
-  // --text-only leaves unread.
+  // Bytes of the checkpoint's vision tensors (tower and projector), or of
+  // the mmproj file: what --text-only leaves unread.
   static size_t checkpoint_bytes(const Model& model);
 
   // Resizes and normalizes as the family's image processor does. Throws

@@ -212,6 +212,8 @@ def main():
     ap.add_argument("--batch", type=int, default=96)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--images", type=int, default=8000, help="training images in the pool")
+    ap.add_argument("--image-batch", type=int, default=0, help="batch size of image steps (default: --batch)")
+    ap.add_argument("--image-fraction", type=float, default=0.5, help="share of steps that are image steps")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seed-set", default=os.path.join(os.path.dirname(__file__), "..", "..", "coherence",
                                                        "seed.json"))
@@ -283,8 +285,9 @@ def main():
         lr = a.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
         for g in opt.param_groups:
             g["lr"] = lr
-        pool = image_pool if step % 2 else text_pool
-        items = prng.sample(pool, min(a.batch, len(pool)))
+        is_image = int((step + 1) * a.image_fraction) > int(step * a.image_fraction)
+        pool, bs = (image_pool, a.image_batch or a.batch) if is_image else (text_pool, a.batch)
+        items = prng.sample(pool, min(bs, len(pool)))
         batch, labels = collate(items, ids["pad"], device)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(**batch).logits
@@ -298,7 +301,7 @@ def main():
         else:  # a bf16 overflow: skip the batch rather than poison the weights
             skipped += 1
         if step % 200 == 0 or step in (1, 10, 50):
-            say(f"step {step} {'image' if step % 2 else 'text'} loss {loss.item():.4f} lr {lr:.2e} "
+            say(f"step {step} {'image' if is_image else 'text'} loss {loss.item():.4f} lr {lr:.2e} "
                 f"progress {progress:.3f}")
         step += 1
     say(f"trained {step} steps in {time.time() - t_train:.0f} s, {skipped} skipped as non-finite")
@@ -327,7 +330,8 @@ def main():
         return {"n": min(limit, len(examples)), "correct": hits, "wrong_examples": wrong}
 
     n_eval = 8 if a.quick else 50
-    scores = {"family": a.family, "transformers_version": transformers.__version__, "steps": steps_done, "batch": a.batch, "minutes": a.minutes,
+    scores = {"family": a.family, "transformers_version": transformers.__version__, "steps": steps_done, "batch": a.batch, "image_batch": a.image_batch or a.batch,
+              "image_fraction": a.image_fraction, "minutes": a.minutes,
               "parameters": sum(p.numel() for p in model.parameters()), "vocab": vocab, "categories": {}}
     by_cat = {}
     for e in texts:

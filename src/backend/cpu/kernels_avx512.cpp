@@ -127,35 +127,6 @@ inline void stream_block(const float* x, int64_t n, const WeightT<D>* const* p, 
   }
 }
 
-template <DType D>
-void stream_impl(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
-                 int64_t r0, int64_t r1) {
-  const auto* W = static_cast<const WeightT<D>*>(w.data);
-  const int64_t h = (r1 - r0) / kStreams;
-  for (int64_t k = 0; k < h; ++k) {
-    const WeightT<D>* p[kStreams];
-    int64_t r[kStreams];
-    for (int i = 0; i < kStreams; ++i) {
-      r[i] = r0 + i * h + k;
-      p[i] = W + r[i] * w.cols;
-    }
-    stream_block<D, kStreams>(x, n, p, r, w, bias, y);
-  }
-  for (int64_t r = r0 + kStreams * h; r < r1; ++r) {
-    const WeightT<D>* p = W + r * w.cols;
-    stream_block<D, 1>(x, n, &p, &r, w, bias, y);
-  }
-}
-
-void stream(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
-            int64_t r0, int64_t r1) {
-  switch (w.dtype) {
-    case DType::F32: return stream_impl<DType::F32>(x, n, w, bias, y, r0, r1);
-    case DType::F16: return stream_impl<DType::F16>(x, n, w, bias, y, r0, r1);
-    default: return stream_impl<DType::BF16>(x, n, w, bias, y, r0, r1);
-  }
-}
-
 // ---- GEMM (n > kStreamMaxN) -------------------------------------------------
 // Blocking: the k dimension in blocks of kKc; activations in tiles of kTn
 // rows (kTn x kKc f32 = 256 KiB, L2-resident while all W rows of the chunk go
@@ -210,99 +181,7 @@ inline void micro(const float* w, int64_t ldw, const float* x, int64_t ldx, int6
 }
 
 // Where one micro-tile's operands and results are.
-struct TileArgs {
-  const float* w;  // R weight rows (f32), row stride ldw
-  int64_t ldw;
-  const float* x;  // activation rows, row stride ldx
-  int64_t ldx;
-  int64_t len;  // k elements in this block
-  float* y;     // y[j * ldy + i] for weight row i, activation row j
-  int64_t ldy;
-  const float* bias;  // bias of weight row 0, or null
-  bool first;         // first k block: store (+bias); later ones accumulate
-};
-
-template <int R, int T>
-inline void tile(const TileArgs& a) {
-  float s[R][T];
-  micro<R, T>(a.w, a.ldw, a.x, a.ldx, a.len, s);
-  for (int j = 0; j < T; ++j) {
-    float* out = a.y + j * a.ldy;
-    for (int i = 0; i < R; ++i)
-      out[i] = a.first ? s[i][j] + (a.bias ? a.bias[i] : 0.0f) : out[i] + s[i][j];
-  }
-}
-
-// All activation rows of the tile against R weight rows.
-template <int R>
-inline void row_block(TileArgs a, int64_t tn) {
-  int64_t t = 0;
-  for (; t + kMt <= tn; t += kMt) {
-    tile<R, kMt>(a);
-    a.x += kMt * a.ldx;
-    a.y += kMt * a.ldy;
-  }
-  switch (tn - t) {
-    case 1: return tile<R, 1>(a);
-    case 2: return tile<R, 2>(a);
-    case 3: return tile<R, 3>(a);
-    case 4: return tile<R, 4>(a);
-    case 5: return tile<R, 5>(a);
-    default: return;
-  }
-}
-
-template <DType D>
-void gemm_impl(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
-               int64_t r0, int64_t r1) {
-  const auto* W = static_cast<const WeightT<D>*>(w.data);
-  const int64_t cols = w.cols, rows = w.rows;
-  if (cols == 0) {
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t r = r0; r < r1; ++r) y[t * rows + r] = bias ? bias[r] : 0.0f;
-    return;
-  }
-  alignas(64) float wbuf[kMr * kKc];
-  for (int64_t k0 = 0; k0 < cols; k0 += kKc) {
-    const int64_t kc = min64(kKc, cols - k0);
-    for (int64_t t0 = 0; t0 < n; t0 += kTn) {
-      const int64_t tn = min64(kTn, n - t0);
-      for (int64_t r = r0; r < r1;) {
-        const int rb = r1 - r >= kMr ? kMr : 1;
-        TileArgs a;
-        if constexpr (D == DType::F32) {
-          a.w = W + r * cols + k0;
-          a.ldw = cols;
-        } else {
-          for (int i = 0; i < rb; ++i) convert_row<D>(W + (r + i) * cols + k0, kc, wbuf + i * kKc);
-          a.w = wbuf;
-          a.ldw = kKc;
-        }
-        a.x = x + t0 * cols + k0;
-        a.ldx = cols;
-        a.len = kc;
-        a.y = y + t0 * rows + r;
-        a.ldy = rows;
-        a.bias = bias ? bias + r : nullptr;
-        a.first = k0 == 0;
-        if (rb == kMr)
-          row_block<kMr>(a, tn);
-        else
-          row_block<1>(a, tn);
-        r += rb;
-      }
-    }
-  }
-}
-
-void gemm(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y, int64_t r0,
-          int64_t r1) {
-  switch (w.dtype) {
-    case DType::F32: return gemm_impl<DType::F32>(x, n, w, bias, y, r0, r1);
-    case DType::F16: return gemm_impl<DType::F16>(x, n, w, bias, y, r0, r1);
-    default: return gemm_impl<DType::BF16>(x, n, w, bias, y, r0, r1);
-  }
-}
+#include "backend/cpu/kernels_isa_driver.inc"
 
 // ---- Vector helpers ---------------------------------------------------------
 

@@ -7,7 +7,9 @@
 // namespace and call no inline or template function from a shared header
 // (std::min, std::vector, dtype.h helpers, ...). The linker keeps one copy of
 // each such function across all objects, and a copy compiled with -mavx512f
-// could then run on a processor without AVX-512.
+// could then run on a processor without AVX-512. The drivers both ISAs share
+// (row splitting, GEMM tiling) are therefore not a header but
+// kernels_isa_driver.inc, included inside each file's anonymous namespace.
 #pragma once
 
 #include <cstdint>
