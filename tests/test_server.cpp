@@ -265,6 +265,7 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
   for (auto& [k, v] : r.body.items()) keys.insert(k);
   const std::set<std::string> expected = {"status",
                                           "model",
+                                          "device",
                                           "uptime_s",
                                           "steps_executed",
                                           "num_running",
@@ -290,6 +291,7 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
   EXPECT_EQ(keys, expected);
   EXPECT_EQ(r.body["status"], "ok");
   EXPECT_EQ(r.body["model"], "test-model");
+  EXPECT_EQ(r.body["device"], "cpu");  // no "gpu_memory" on the CPU
   EXPECT_EQ(r.body["total_requests_processed"], 1);
   EXPECT_EQ(r.body["total_completion_tokens"], 3);
   EXPECT_EQ(r.body["total_prompt_tokens"], 2);

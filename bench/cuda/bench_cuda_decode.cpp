@@ -1,13 +1,20 @@
-// Batch-1 decode on the GPU through the CUDA sequence decoder (the
-// correctness path: no CUDA graph, one host sync per token) on a random
-// checkpoint at a real model's shapes:
+// Decode and prefill on the GPU through the CUDA decoder (the engine's
+// StepRunner: decode steps replayed from CUDA graphs) on a random checkpoint
+// at a real model's shapes:
 //
 //   bench_cuda_decode CONFIG.json [--dtype bf16] [--context 128] [--tokens 128]
+//                     [--batch 1] [--prefill 512]
 //
-// Writes the checkpoint to a temporary folder (tandem synth), prefills
-// `context` tokens, then times `tokens` single-token steps. Prints tok/s,
-// the weight bytes streamed per token, GB/s and the fraction of the
-// measured device copy bandwidth, as one JSON line.
+// Writes the checkpoint to a temporary folder (tandem synth; kept, and
+// reused by later runs on the same config and dtype), prefills
+// `batch` sequences of `context` tokens, then times `tokens` steps that
+// decode one token of every sequence. Prints, as one JSON line: aggregate
+// tok/s, the bytes a step reads (the streamed weights — all but the
+// embedding tables that are only gathered from — and the KV rows attended),
+// GB/s and
+// the fraction of the measured device copy bandwidth; and the prefill of
+// `prefill` tokens in one sequence: tok/s and TFLOP/s (2 · streamed
+// parameters per token, attention excluded).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -19,8 +26,10 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/decoder.h"
 #include "backend/cuda/runtime.h"
-#include "backend/cuda/sequence_decoder.h"
+#include "model/decoder.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/synth.h"
 
@@ -42,55 +51,114 @@ double copy_gbs() {
   return 2.0 * double(bytes) * 10 / s / 1e9;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(
-        stderr, "usage: bench_cuda_decode CONFIG.json [--dtype bf16] [--context N] [--tokens N]\n");
+    std::fprintf(stderr,
+                 "usage: bench_cuda_decode CONFIG.json [--dtype bf16] [--context N] [--tokens N] "
+                 "[--batch N] [--prefill N]\n");
     return 2;
   }
   std::string config = argv[1], dtype = "bf16";
-  int64_t context = 128, tokens = 128;
+  int64_t context = 128, tokens = 128, batch = 1, prefill = 512;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
     if (!std::strcmp(argv[i], "--context")) context = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--prefill")) prefill = std::atoll(argv[i + 1]);
   }
   std::string why;
   if (cuda::device_count(&why) == 0) {
     std::fprintf(stderr, "bench_cuda_decode: no usable CUDA device: %s\n", why.c_str());
     return 1;
   }
-  const std::string dir = (std::filesystem::temp_directory_path() / "tandem-bench-model").string();
-  std::filesystem::remove_all(dir);
-  synth_checkpoint(config, dir, dtype == "f32" ? DType::F32 : DType::BF16, 1);
-  auto model = load_model(dir);
-  cuda::SequenceDecoder dec(*model, context + tokens + 1);
-  const int64_t V = model->spec.vocab;
-  std::vector<int32_t> prompt(static_cast<size_t>(context));
-  for (int64_t i = 0; i < context; ++i) prompt[size_t(i)] = int32_t((i * 7919) % V);
-  std::vector<float> logits(static_cast<size_t>(V));
-  const auto p0 = std::chrono::steady_clock::now();
-  dec.feed(prompt.data(), context, logits.data(), false);
-  const double prefill_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
-  int32_t id = 1;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < tokens; ++i) {
-    dec.feed(&id, 1, logits.data(), false);
-    id = int32_t((id * 31 + 7) % V);
+  // One random checkpoint per config and dtype, kept for the next run.
+  const std::string dir =
+      (std::filesystem::temp_directory_path() /
+       ("tandem-bench-" + std::filesystem::path(config).stem().string() + "-" + dtype))
+          .string();
+  if (!std::filesystem::exists(dir + "/model.safetensors")) {
+    std::filesystem::remove_all(dir);
+    synth_checkpoint(config, dir, dtype == "f32" ? DType::F32 : DType::BF16, 1);
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double tps = double(tokens) / s;
-  const double gbs = double(dec.weight_bytes()) * tps / 1e9;
+  auto model = load_model(dir);
+  const ModelSpec& s = model->spec;
+  const int64_t V = s.vocab, step_tokens = std::max<int64_t>({256, batch, prefill});
+  const int64_t per_seq = context + tokens + 1;
+  const int64_t full_blocks =
+      (batch * per_seq + prefill + 2 * KvPool::kBlockSize) / KvPool::kBlockSize + batch + 1;
+  const int64_t sliding_blocks = (batch + 1) * KvPool::sliding_blocks_per_sequence(s, step_tokens);
+  KvPool kv_pool(s, full_blocks, sliding_blocks, /*host_storage=*/false);
+  cuda::Decoder dec(*model, kv_pool, step_tokens, 0);
+
+  // Prefill timing: one sequence of `prefill` tokens (a warm-up run first).
+  std::vector<int32_t> ids(static_cast<size_t>(std::max(context, prefill)));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((int64_t(i) * 7919) % V);
+  std::vector<float> logits(static_cast<size_t>(V * batch));
+  double prefill_s = 0;
+  for (int run = 0; run < 2; ++run) {
+    SequenceKv kv;
+    const auto p0 = std::chrono::steady_clock::now();
+    run_sequence(dec, ids.data(), prefill, kv, logits.data(), false);
+    prefill_s = seconds_since(p0);
+    kv_release(kv_pool, kv);
+  }
+  // Decode: `batch` sequences at `context`.
+  std::vector<SequenceKv> kv(static_cast<size_t>(batch));
+  for (auto& q : kv) run_sequence(dec, ids.data(), context, q, logits.data(), false);
+  std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+  auto decode_step = [&] {
+    std::vector<SeqStep> step;
+    for (int64_t b = 0; b < batch; ++b) {
+      if (!kv_reserve(kv_pool, s, kv[size_t(b)], kv[size_t(b)].length + 1)) {
+        std::fprintf(stderr, "bench_cuda_decode: KV pool exhausted\n");
+        std::exit(1);
+      }
+      step.push_back(SeqStep{&next[size_t(b)], 1, &kv[size_t(b)], logits.data() + b * V, false});
+    }
+    dec.step(step);
+    for (int64_t b = 0; b < batch; ++b) {
+      kv_trim_sliding(kv_pool, s, kv[size_t(b)]);
+      next[size_t(b)] = int32_t((next[size_t(b)] * 31 + 7 + b) % V);
+    }
+  };
+  for (int i = 0; i < 3; ++i) decode_step();  // captures the graph
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < tokens; ++i) decode_step();
+  const double secs = seconds_since(t0);
+  const double steps_s = double(tokens) / secs;
+  // Bytes one step reads: the weights once, and each sequence's K and V rows
+  // in the positions its layers attend (the window on sliding layers).
+  double kv_bytes = 0;
+  const double mid = double(context) + double(tokens) / 2 + 3;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const LayerSpec& ls = s.layer[size_t(l)];
+    const double seen = ls.kind == AttentionKind::Sliding && s.sliding_window > 0
+                            ? std::min(mid, double(s.sliding_window))
+                            : mid;
+    kv_bytes += 2.0 * seen * double(ls.kv_dim()) * sizeof(float);
+  }
+  const double step_bytes = double(dec.streamed_bytes()) + double(batch) * kv_bytes;
+  const double gbs = step_bytes * steps_s / 1e9;
   const double peak = copy_gbs();
+  const double params = double(dec.streamed_bytes()) / (dtype == "f32" ? 4.0 : 2.0);
   std::printf(
-      "{\"config\": \"%s\", \"dtype\": \"%s\", \"context\": %lld, \"tokens\": %lld, "
-      "\"decode_tok_s\": %.1f, \"prefill_tok_s\": %.1f, \"weight_bytes\": %zu, \"gbs\": %.1f, "
-      "\"copy_gbs\": %.1f, \"fraction\": %.3f}\n",
-      config.c_str(), dtype.c_str(), (long long)context, (long long)tokens, tps,
-      double(context) / prefill_s, dec.weight_bytes(), gbs, peak, gbs / peak);
-  std::filesystem::remove_all(dir);
+      "{\"config\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, "
+      "\"context\": %lld, \"tokens\": %lld, \"decode_tok_s\": %.1f, \"step_ms\": %.3f, "
+      "\"weight_bytes\": %zu, \"streamed_bytes\": %zu, \"kv_bytes_per_step\": %.0f, \"gbs\": %.1f, "
+      "\"copy_gbs\": %.1f, "
+      "\"fraction\": %.3f, \"prefill_tokens\": %lld, \"prefill_tok_s\": %.1f, "
+      "\"prefill_tflops\": %.2f}\n",
+      config.c_str(), cuda::device_info(0).name.c_str(), dtype.c_str(), (long long)batch,
+      (long long)context, (long long)tokens, steps_s * double(batch), 1e3 / steps_s,
+      dec.weight_bytes(), dec.streamed_bytes(), double(batch) * kv_bytes, gbs, peak, gbs / peak,
+      (long long)prefill, double(prefill) / prefill_s,
+      2.0 * params * double(prefill) / prefill_s / 1e12);
   return 0;
 }

@@ -22,6 +22,7 @@ struct BenchOptions {
   int prompt_tokens = 64;
   int decode_tokens = 32;
   int threads = 0;
+  std::string device = "auto";
   double peak_gbs = 0.0;
   std::string quantize;
   std::string mmproj;  // --mmproj FILE: checked; bench runs the language model only
@@ -52,11 +53,14 @@ double decode_bytes(const Model& m, int64_t pos) {
 int run_bench(const BenchOptions& o) {
   if (o.prompt_tokens < 1 || o.decode_tokens < 1)
     fail("--prompt-tokens and --tokens must be at least 1");
+  const DeviceChoice device = resolve_device(o.device);
   ThreadPool pool(o.threads);
   // Measured before the model is touched, so its 1 GiB buffer is freed before
-  // the weights become resident and stays out of the RSS figure below.
+  // the weights become resident and stays out of the RSS figure below. On a
+  // GPU: the device's nominal bandwidth.
   double peak = o.peak_gbs;
-  if (peak <= 0.0) peak = cpu::measure_read_bandwidth(pool);
+  if (peak <= 0.0)
+    peak = device.cuda ? gpu_info(device).peak_bandwidth_gbs : cpu::measure_read_bandwidth(pool);
   // Reset the peak-RSS mark (Linux >= 4.0), so a model smaller than that
   // buffer is not charged for it.
   std::ofstream("/proc/self/clear_refs") << "5";
@@ -66,9 +70,10 @@ int run_bench(const BenchOptions& o) {
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(size_t(o.prompt_tokens));
   for (auto& id : prompt) id = int32_t(rng() % uint32_t(s.vocab));
-  KvPool kv_pool =
-      single_sequence_pool(s, o.prompt_tokens + o.decode_tokens + 2, Decoder::kDefaultStepTokens);
-  Decoder decoder(*model, pool, kv_pool);
+  SequenceRunner seq =
+      make_sequence_runner(device, *model, pool, o.prompt_tokens + o.decode_tokens + 2);
+  StepRunner& decoder = *seq.runner;
+  KvPool& kv_pool = *seq.kv_pool;
   std::vector<float> logits(size_t(s.vocab));
 
   // Warm-up pass (page cache, allocator, thread spin-up), then the timed runs.
@@ -96,14 +101,24 @@ int run_bench(const BenchOptions& o) {
   const double gbs = bytes / (t2 - t1) / 1e9;
   std::printf("model        %s (%s, %s weights, %.2f GB)\n", o.model.c_str(), s.arch.c_str(),
               weight_format_name(*model).c_str(), double(model_weight_bytes(*model)) / 1e9);
-  std::printf(
-      "machine      %d threads, ISA %s (quantized kernels %s), measured read bandwidth "
-      "%.1f GB/s%s\n",
-      pool.size(), std::string(cpu::active_isa()).c_str(),
-      std::string(cpu::active_quant_isa()).c_str(), peak, o.peak_gbs > 0 ? " (given)" : "");
+  if (device.cuda) {
+    const GpuInfo gpu = gpu_info(device);
+    std::printf("device       %s (%s), %.1f of %.1f GB in use, nominal bandwidth %.1f GB/s%s\n",
+                device.name().c_str(), gpu.name.c_str(),
+                double(gpu.total_bytes - gpu.free_bytes) / 1e9, double(gpu.total_bytes) / 1e9, peak,
+                o.peak_gbs > 0 ? " (given)" : "");
+  } else {
+    std::printf("device       cpu\n");
+    std::printf(
+        "machine      %d threads, ISA %s (quantized kernels %s), measured read bandwidth "
+        "%.1f GB/s%s\n",
+        pool.size(), std::string(cpu::active_isa()).c_str(),
+        std::string(cpu::active_quant_isa()).c_str(), peak, o.peak_gbs > 0 ? " (given)" : "");
+  }
   std::printf("prefill      %d tokens: %.1f tok/s\n", o.prompt_tokens, prefill_tps);
-  std::printf("decode       %d tokens: %.2f tok/s, %.1f GB/s, %.0f%% of measured bandwidth\n",
-              o.decode_tokens, decode_tps, gbs, 100.0 * gbs / peak);
+  std::printf("decode       %d tokens: %.2f tok/s, %.1f GB/s, %.0f%% of %s bandwidth\n",
+              o.decode_tokens, decode_tps, gbs, 100.0 * gbs / peak,
+              device.cuda ? "nominal" : "measured");
   const uint64_t weight_bytes = model_weight_bytes(*model);
   const double rss = double(peak_rss_bytes());
   std::printf(
@@ -123,6 +138,7 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length")->capture_default_str();
   cmd->add_option("--tokens", o->decode_tokens, "Tokens to decode")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  add_device_option(cmd, o->device);
   cmd->add_option("--peak-gbs", o->peak_gbs,
                   "Memory read bandwidth to compare with (default: measure it)");
   add_quantize_option(cmd, o->quantize);

@@ -74,6 +74,7 @@ struct ChatOptions {
   double temperature = -1;
   int max_tokens = 0;
   int threads = 0;
+  std::string device = "auto";
   bool text_only = false;
 };
 
@@ -86,6 +87,8 @@ struct LocalServer {
   std::unique_ptr<server::Server> http;
 
   LocalServer(const std::string& arg, const ChatOptions& o) {
+    EngineConfig config;
+    config.device = resolve_device(o.device);  // before any download
     const std::string dir = catalog::resolve_model_arg(arg, /*allow_download=*/true);
     model = load_model_verbose(dir);
     text = server::ModelText::load(dir);
@@ -107,7 +110,6 @@ struct LocalServer {
         std::fprintf(stderr, "warning: %s; text only\n", vision.unavailable.c_str());
       }
     }
-    EngineConfig config;
     config.threads = o.threads;
     config.max_concurrent = 2;
     BlockSigint block;  // the engine and HTTP threads never take Ctrl-C
@@ -458,6 +460,7 @@ Runner add_chat_command(CLI::App& app) {
   cmd->add_option("--temperature", o->temperature, "Sampling temperature (default: the server's)");
   cmd->add_option("--max-tokens", o->max_tokens, "Longest reply in tokens (default: the server's)");
   cmd->add_option("--threads", o->threads, "CPU threads for an in-process model (default: all)");
+  add_device_option(cmd, o->device);
   cmd->add_flag("--text-only", o->text_only, "Do not load the vision tower of an in-process model");
   return [o] { return run_chat(*o); };
 }

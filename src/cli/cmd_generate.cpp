@@ -26,6 +26,7 @@ struct RunOptions {
   float temperature = 0.0f;
   uint64_t seed = 0;
   int threads = 0;
+  std::string device = "auto";
   std::string quantize;  // --quantize q4|q8
   std::string mmproj;    // --mmproj FILE: the vision tower for --image
   bool json = false;
@@ -40,6 +41,7 @@ struct LogitsOptions {
   std::vector<std::string> images;
   bool all = false;
   int threads = 0;
+  std::string device = "auto";
   std::string quantize;  // --quantize q4|q8
   std::string mmproj;    // --mmproj FILE: the vision tower for --image
 };
@@ -74,7 +76,7 @@ std::vector<int32_t> run_prompt(const RunOptions& o, server::ModelText* text,
   return text->chat_prompt(messages, nullptr, nullptr, tower ? &expansion : nullptr);
 }
 
-int run_generate(const RunOptions& o) {
+int run_generate(const RunOptions& o, const DeviceChoice& device) {
   if (o.n < 0) fail("-n must not be negative, got %d", o.n);
   if (o.prompt.empty() && o.ids.empty()) fail("give a prompt with --prompt TEXT or --ids 1,2,3");
   if (o.chat && o.prompt.empty()) fail("--chat needs --prompt TEXT");
@@ -96,9 +98,8 @@ int run_generate(const RunOptions& o) {
   }
   const std::vector<int32_t> prompt = run_prompt(o, model_text.get(), tower.get(), prepared);
   ThreadPool pool(o.threads);
-  KvPool kv_pool =
-      single_sequence_pool(model->spec, int64_t(prompt.size()) + o.n, Decoder::kDefaultStepTokens);
-  Decoder decoder(*model, pool, kv_pool);
+  SequenceRunner seq = make_sequence_runner(device, *model, pool, int64_t(prompt.size()) + o.n);
+  StepRunner& decoder = *seq.runner;
   SequenceKv kv;
   std::vector<float> logits(size_t(model->spec.vocab));
   Sampler sampler(SamplingParams{.temperature = o.temperature, .seed = o.seed});
@@ -145,14 +146,14 @@ int run_generate(const RunOptions& o) {
   return 0;
 }
 
-int run_logits(const LogitsOptions& o) {
+int run_logits(const LogitsOptions& o, const DeviceChoice& device) {
   std::vector<int32_t> ids = parse_id_list(o.ids, "--ids");
   auto model = load_model_verbose(o.model, quantize_options(o.quantize));
   model->mmproj = o.mmproj;
   ThreadPool pool(o.threads);
   const int64_t n = int64_t(ids.size()), V = model->spec.vocab;
-  KvPool kv_pool = single_sequence_pool(model->spec, n, Decoder::kDefaultStepTokens);
-  Decoder decoder(*model, pool, kv_pool);
+  SequenceRunner seq = make_sequence_runner(device, *model, pool, n);
+  StepRunner& decoder = *seq.runner;
   SequenceKv kv;
   std::vector<float> logits(size_t(o.all ? n * V : V));
   if (o.images.empty()) {
@@ -190,6 +191,7 @@ Runner add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed for sampling")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  add_device_option(cmd, o->device);
   add_quantize_option(cmd, o->quantize);
   add_mmproj_option(cmd, o->mmproj);
   cmd->add_flag("--json", o->json, "Print {\"ids\": [...], \"text\": \"...\"} as JSON");
@@ -205,8 +207,9 @@ Runner add_run_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   return [o] {
     check_mmproj(o->mmproj);
+    const DeviceChoice device = resolve_device(o->device);  // before any download
     o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/true);
-    return run_generate(*o);
+    return run_generate(*o, device);
   };
 }
 
@@ -223,12 +226,14 @@ Runner add_logits_command(CLI::App& app) {
                   "Gemma 3, Gemma 4, Mistral 3)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  add_device_option(cmd, o->device);
   add_quantize_option(cmd, o->quantize);
   add_mmproj_option(cmd, o->mmproj);
   return [o] {
     check_mmproj(o->mmproj);
+    const DeviceChoice device = resolve_device(o->device);
     o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/false);
-    return run_logits(*o);
+    return run_logits(*o, device);
   };
 }
 

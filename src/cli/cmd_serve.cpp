@@ -38,6 +38,8 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 0;
+  std::string device = "auto";
+  double gpu_memory_fraction = 0;  // 0: unset
   int max_concurrent = 32;
   std::string kv_memory;
   int64_t max_context = 0;
@@ -200,8 +202,15 @@ int run_serve(const ServeOptions& o) {
   if (o.vision_budget < 1)
     fail("--vision-budget must be at least 1, got %lld", (long long)o.vision_budget);
   if (!(o.image_url_timeout_s > 0)) fail("--image-url-timeout must be positive (seconds)");
+  if (!(o.gpu_memory_fraction >= 0 && o.gpu_memory_fraction <= 1))
+    fail("--gpu-memory-fraction must be in (0, 1], got %g", o.gpu_memory_fraction);
 
   EngineConfig config;
+  // Before the port and the model: a device that cannot be used fails at once.
+  config.device = resolve_device(o.device);
+  if (o.gpu_memory_fraction > 0 && !config.device.cuda)
+    std::fprintf(stderr, "tandem serve: --gpu-memory-fraction is ignored on the CPU\n");
+  config.gpu_memory_fraction = o.gpu_memory_fraction;
   config.threads = o.threads;
   config.max_concurrent = o.max_concurrent;
   config.max_context = o.max_context;
@@ -266,9 +275,10 @@ int run_serve(const ServeOptions& o) {
   srv.attach(&engine, text.get(), vision);
   signals.set_loading(false);
   std::fprintf(stderr,
-               "tandem serve: ready: model '%s' (context %lld tokens, up to %d concurrent "
+               "tandem serve: ready: model '%s' on %s (context %lld tokens, up to %d concurrent "
                "requests%s) at %s/v1\n",
-               so.served_model_name.c_str(), (long long)engine.max_context(), o.max_concurrent,
+               so.served_model_name.c_str(), config.device.name().c_str(),
+               (long long)engine.max_context(), o.max_concurrent,
                so.api_key.empty() ? "" : ", API key required", srv.url().c_str());
 
   const char* sig = signals.wait();
@@ -295,6 +305,7 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads for the model (default: all cores)");
+  add_device_option(cmd, o->device);
   add_quantize_option(cmd, o->quantize);
   add_mmproj_option(cmd, o->mmproj);
   cmd->add_option("--max-concurrent", o->max_concurrent,
@@ -302,7 +313,11 @@ Runner add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-memory", o->kv_memory,
                   "KV cache size, e.g. 512M or 2G (default: enough for --max-concurrent full "
-                  "contexts, at most 2G)");
+                  "contexts, at most 2G, or from --gpu-memory-fraction)");
+  cmd->add_option("--gpu-memory-fraction", o->gpu_memory_fraction,
+                  "CUDA only, without --kv-memory: the share of the GPU's memory tandem may use; "
+                  "the KV cache gets what the weights, other processes and 512 MiB of scratch "
+                  "leave of it");
   cmd->add_option("--max-context", o->max_context,
                   "Tokens per sequence, prompt included (default: the model's, at most 32768)");
   cmd->add_option("--timeout", o->timeout_s,

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "model/decoder.h"
 
 namespace tandem::cli {
 
@@ -40,6 +41,22 @@ void add_quantize_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--quantize", value,
                   "Quantize the weights at load: q4 or q8 (MLX affine, group size 64; matmuls "
                   "then run on int8 activations)");
+}
+
+void add_device_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--device", value,
+                  "Where the model runs: auto (the first CUDA device when one is usable, else "
+                  "the CPU), cpu, cuda or cuda:N")
+      ->capture_default_str();
+}
+
+SequenceRunner make_sequence_runner(const DeviceChoice& device, const Model& model,
+                                    ThreadPool& pool, int64_t capacity) {
+  SequenceRunner r;
+  r.kv_pool = std::make_unique<KvPool>(single_sequence_pool(
+      model.spec, capacity, Decoder::kDefaultStepTokens, kv_host_storage(device)));
+  r.runner = make_step_runner(device, model, pool, *r.kv_pool, Decoder::kDefaultStepTokens);
+  return r;
 }
 
 void add_mmproj_option(CLI::App* cmd, std::string& value) {

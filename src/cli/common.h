@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/device.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
+#include "model/step_runner.h"
 
 namespace tandem::cli {
 
@@ -21,6 +24,8 @@ std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOpti
 
 // Registers --quantize q4|q8 on a command that loads a model.
 void add_quantize_option(CLI::App* cmd, std::string& value);
+// Registers --device auto|cpu|cuda[:N] (default auto; resolve_device reads it).
+void add_device_option(CLI::App* cmd, std::string& value);
 // Registers --mmproj FILE (a llama.cpp mmproj GGUF: the vision tower images
 // use, Model::mmproj) on a command that loads a model.
 void add_mmproj_option(CLI::App* cmd, std::string& value);
@@ -29,6 +34,16 @@ void add_mmproj_option(CLI::App* cmd, std::string& value);
 void check_mmproj(const std::string& value);
 // The LoadOptions of a --quantize value ("" = none); Error on anything else.
 LoadOptions quantize_options(const std::string& value);
+
+// One sequence of up to `capacity` positions on `device`: its KV pool (block
+// ids only on a GPU) and the StepRunner over it (steps of
+// Decoder::kDefaultStepTokens), for run_sequence.
+struct SequenceRunner {
+  std::unique_ptr<KvPool> kv_pool;
+  std::unique_ptr<StepRunner> runner;  // declared last: destroyed before its pool
+};
+SequenceRunner make_sequence_runner(const DeviceChoice& device, const Model& model,
+                                    ThreadPool& pool, int64_t capacity);
 
 // Bytes of the weights the model reads (mapped and converted), and a short
 // description of their storage ("BF16", "affine 4-bit, group 64", "mixed").

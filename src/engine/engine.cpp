@@ -16,6 +16,7 @@
 #include "engine/stop_matcher.h"
 #include "model/decoder.h"
 #include "model/kv_pool.h"
+#include "model/step_runner.h"
 
 namespace tandem {
 
@@ -125,7 +126,7 @@ struct Engine::Impl {
   FaultPlan faults;
   ThreadPool pool;
   std::unique_ptr<KvPool> kv_pool;
-  std::unique_ptr<Decoder> decoder;
+  std::unique_ptr<StepRunner> decoder;
   int64_t max_context = 0;
   double started = now_s();
 
@@ -182,6 +183,9 @@ struct Engine::Impl {
     const size_t sliding_bytes =
         size_t(sliding_blocks) * KvPool::block_bytes(spec, AttentionKind::Sliding);
     size_t budget = config.kv_memory;
+    const bool from_fraction = budget == 0 && config.device.cuda && config.gpu_memory_fraction > 0;
+    if (from_fraction)
+      budget = kv_bytes_from_fraction(config.device, m, config.gpu_memory_fraction);
     const int64_t ctx_blocks = (ctx + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
     const size_t full_block = KvPool::block_bytes(spec, AttentionKind::Full);
     if (budget == 0)
@@ -189,24 +193,29 @@ struct Engine::Impl {
                         sliding_bytes + size_t(config.max_concurrent * ctx_blocks) * full_block);
     int64_t full_blocks = 0;
     if (has_full) {
+      // What the budget came from, for the messages below.
+      const char* what =
+          from_fraction ? "the KV cache left by --gpu-memory-fraction" : "--kv-memory";
       if (budget <= sliding_bytes)
         fail(
-            "--kv-memory %.1f MB is too small: the sliding-window layers alone need %.1f MB for %d "
+            "%s %.1f MB is too small: the sliding-window layers alone need %.1f MB for %d "
             "sequences",
-            budget / 1e6, sliding_bytes / 1e6, config.max_concurrent);
+            what, budget / 1e6, sliding_bytes / 1e6, config.max_concurrent);
       full_blocks = int64_t((budget - sliding_bytes) / full_block);
       if (full_blocks < 1)
-        fail("--kv-memory %.1f MB holds no KV block (one is %.1f MB)", budget / 1e6,
-             full_block / 1e6);
+        fail("%s %.1f MB holds no KV block (one is %.1f MB)", what, budget / 1e6, full_block / 1e6);
       ctx = std::min(ctx, full_blocks * KvPool::kBlockSize);  // one sequence must always fit
     }
     max_context = ctx;
-    kv_pool = std::make_unique<KvPool>(spec, full_blocks, sliding_blocks);
+    kv_pool =
+        std::make_unique<KvPool>(spec, full_blocks, sliding_blocks, kv_host_storage(config.device));
     // A bidirectional image run must sit in one step, so a step may exceed
     // the budget by one image.
     const int64_t image_run =
         vision && vision->bidirectional() ? vision->max_tokens_per_image() : 0;
-    decoder = std::make_unique<Decoder>(m, pool, *kv_pool, config.step_token_budget + image_run);
+    decoder =
+        make_step_runner(config.device, m, pool, *kv_pool, config.step_token_budget + image_run);
+    snapshot.device = config.device.name();
     config.vision_budget = std::max<int64_t>(1, config.vision_budget);
     snapshot.kv_blocks_total =
         kv_pool->total(AttentionKind::Full) + kv_pool->total(AttentionKind::Sliding);
@@ -844,6 +853,16 @@ EngineStatus Engine::status() const {
     s.healthy = !(m.in_step && m.step_abandoned);
   }
   s.uptime_s = now_s() - m.started;
+  if (m.config.device.cuda) {
+    try {
+      const GpuInfo mem = gpu_info(m.config.device);
+      s.has_gpu_memory = true;
+      s.gpu_memory_total_bytes = mem.total_bytes;
+      s.gpu_memory_free_bytes = mem.free_bytes;
+    } catch (const std::exception&) {
+      // A failing query leaves the figures out; the step reports the error.
+    }
+  }
   return s;
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "engine/constraint.h"
+#include "engine/device.h"
 #include "engine/sampler.h"
 #include "engine/text_streamer.h"
 #include "model/model.h"
@@ -123,10 +124,14 @@ struct AdmissionError : std::runtime_error {
 };
 
 struct EngineConfig {
+  DeviceChoice device;      // where the model runs (resolve_device); default: the CPU
   int threads = 0;          // CPU threads for kernels (0 = all cores)
   int max_concurrent = 32;  // running + waiting requests; more -> 503
   int64_t max_context = 0;  // positions per sequence (0 = model max, capped at 32768)
   size_t kv_memory = 0;     // KV cache bytes (0 = enough for max_concurrent x 4096 tokens, capped)
+  // CUDA only, when kv_memory is 0: the KV cache takes what is left of this
+  // fraction of the device's memory (kv_bytes_from_fraction). 0: unset.
+  double gpu_memory_fraction = 0;
   int64_t step_token_budget = 256;  // tokens per step (decode tokens + prefill chunks)
   double default_timeout_s = 600;   // per-request deadline unless the request sets one
   double step_timeout_s = 60;       // watchdog: a step longer than this fails its requests
@@ -141,6 +146,11 @@ struct EngineConfig {
 };
 
 struct EngineStatus {
+  std::string device = "cpu";  // DeviceChoice::name()
+  // CUDA only (has_gpu_memory): the device's memory when status() was read.
+  bool has_gpu_memory = false;
+  size_t gpu_memory_total_bytes = 0;
+  size_t gpu_memory_free_bytes = 0;
   bool healthy = true;
   bool watchdog_fired = false;
   std::string last_error;

@@ -13,11 +13,6 @@ namespace tandem {
 
 namespace {
 
-void linear(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, const Vec& bias,
-            float* y) {
-  cpu::matmul(pool, x, n, w, bias.empty() ? nullptr : bias.data(), y);
-}
-
 // True when the sequence's block tables cover positions [0, end).
 bool covers(const ModelSpec& s, const SequenceKv& kv, int64_t end) {
   const int64_t blocks = (end + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
@@ -27,11 +22,17 @@ bool covers(const ModelSpec& s, const SequenceKv& kv, int64_t end) {
   return true;
 }
 
+void linear(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, const Vec& bias,
+            float* y) {
+  cpu::matmul(pool, x, n, w, bias.empty() ? nullptr : bias.data(), y);
+}
+
 }  // namespace
 
 Decoder::Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool, int64_t max_step_tokens)
     : model_(model), pool_(pool), kv_pool_(kv_pool), max_step_tokens_(max_step_tokens) {
   const ModelSpec& s = model.spec;
+  if (!kv_pool.has_host_storage()) fail("the CPU decoder needs a KV pool with host storage");
   for (int64_t l = 0; l < s.layers; ++l)
     rope_.push_back(make_rope_table(s.rope_for(l), s.layer[size_t(l)].head_dim));
   const size_t T = size_t(max_step_tokens), Dh = size_t(s.max_head_dim()),
@@ -51,11 +52,9 @@ Decoder::Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool, int64_t 
   ple_gate_.resize(T * size_t(s.ple_dim));
 }
 
-void Decoder::step(std::span<const SeqStep> batch) {
-  const ModelSpec& s = model_.spec;
-  const Weights& w = model_.weights;
-  const int64_t D = s.hidden, V = s.vocab;
-  int64_t tokens = 0, logit_rows = 0;
+int64_t check_step(const ModelSpec& s, std::span<const SeqStep> batch, int64_t max_step_tokens) {
+  const int64_t V = s.vocab;
+  int64_t tokens = 0;
   for (const SeqStep& q : batch) {
     if (q.n <= 0) fail("step: a sequence with no tokens");
     for (int64_t i = 0; i < q.n; ++i)
@@ -70,11 +69,21 @@ void Decoder::step(std::span<const SeqStep> batch) {
     if (!covers(s, *q.kv, q.kv->length + q.n))
       fail("step: KV blocks not reserved for %lld positions", (long long)(q.kv->length + q.n));
     tokens += q.n;
-    if (q.logits) logit_rows += q.all_logits ? q.n : 1;
   }
-  if (tokens > max_step_tokens_)
+  if (tokens > max_step_tokens)
     fail("step: %lld tokens exceed the step budget of %lld", (long long)tokens,
-         (long long)max_step_tokens_);
+         (long long)max_step_tokens);
+  return tokens;
+}
+
+void Decoder::step(std::span<const SeqStep> batch) {
+  const ModelSpec& s = model_.spec;
+  const Weights& w = model_.weights;
+  const int64_t D = s.hidden, V = s.vocab;
+  int64_t logit_rows = 0;
+  const int64_t tokens = check_step(s, batch, max_step_tokens_);
+  for (const SeqStep& q : batch)
+    if (q.logits) logit_rows += q.all_logits ? q.n : 1;
 
   // Embeddings of every new token, sequences back to back (a quantized table's
   // rows are dequantized).
@@ -265,14 +274,15 @@ void Decoder::per_layer_block(int64_t layer, int64_t tokens) {
   cpu::add_inplace(h_.data(), out_.data(), tokens * D);
 }
 
-KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max_step_tokens) {
+KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max_step_tokens,
+                            bool host_storage) {
   const int64_t full = (capacity + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
   const int64_t sliding =
       std::min(full, KvPool::sliding_blocks_per_sequence(spec, max_step_tokens));
-  return KvPool(spec, full, sliding);
+  return KvPool(spec, full, sliding, host_storage);
 }
 
-void run_sequence(Decoder& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,
+void run_sequence(StepRunner& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,
                   bool all_logits, const float* const* embeds, const int64_t* key_end) {
   const ModelSpec& s = decoder.spec();
   if (n <= 0) fail("no tokens given");

@@ -13,6 +13,7 @@
 #include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/rope.h"
+#include "model/step_runner.h"
 
 namespace tandem {
 
@@ -32,22 +33,25 @@ struct SeqStep {
                                          // this step)
 };
 
-class Decoder {
+// The CPU backend's StepRunner.
+class Decoder : public StepRunner {
  public:
   static constexpr int64_t kDefaultStepTokens = 256;
 
-  // Steps may carry at most `max_step_tokens` tokens in all.
+  // Steps may carry at most `max_step_tokens` tokens in all. `kv_pool` must
+  // hold host storage.
   Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool,
           int64_t max_step_tokens = kDefaultStepTokens);
 
-  const ModelSpec& spec() const { return model_.spec; }
-  int64_t max_step_tokens() const { return max_step_tokens_; }
-  KvPool& kv_pool() { return kv_pool_; }
+  const ModelSpec& spec() const override { return model_.spec; }
+  int64_t max_step_tokens() const override { return max_step_tokens_; }
+  KvPool& kv_pool() override { return kv_pool_; }
+  const char* device_name() const override { return "cpu"; }
 
   // Runs one step. Checks everything first (ids in [0, V), KV blocks
   // reserved, token total) and throws Error before changing any state; then
   // appends each sequence's tokens to its KV and advances kv->length.
-  void step(std::span<const SeqStep> batch);
+  void step(std::span<const SeqStep> batch) override;
 
  private:
   void per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens);
@@ -75,15 +79,23 @@ class Decoder {
   std::vector<float> logit_rows_;  // [T, V] when several rows want logits
 };
 
-// A KV pool sized for one sequence of up to `capacity` positions.
-KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max_step_tokens);
+// The checks every StepRunner makes before a step changes anything: each
+// sequence has tokens, ids in [0, V), key_end inside its own step, KV blocks
+// reserved for its new length, and the step within `max_step_tokens`.
+// Throws Error naming the fault; returns the step's token count.
+int64_t check_step(const ModelSpec& spec, std::span<const SeqStep> batch, int64_t max_step_tokens);
+
+// A KV pool sized for one sequence of up to `capacity` positions (block ids
+// only, without host storage, when `host_storage` is false: a GPU runner's).
+KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max_step_tokens,
+                            bool host_storage = true);
 
 // Feeds n tokens of one sequence in steps of at most max_step_tokens,
 // reserving KV blocks and trimming sliding blocks as it goes; logits as in
 // SeqStep. `embeds` / `key_end` as in SeqStep, for all n tokens (key_end in
 // absolute positions); steps never split an image run. Throws Error when the
 // pool has no room or a run is longer than a step.
-void run_sequence(Decoder& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,
+void run_sequence(StepRunner& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,
                   bool all_logits, const float* const* embeds = nullptr,
                   const int64_t* key_end = nullptr);
 

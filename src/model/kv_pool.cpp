@@ -14,7 +14,9 @@ int64_t blocks_for(int64_t positions) {
 
 }  // namespace
 
-KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks) {
+KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks,
+               bool host_storage)
+    : host_storage_(host_storage) {
   const int64_t counts[2] = {spec.has_kind(AttentionKind::Full) ? full_blocks : 0,
                              spec.has_kind(AttentionKind::Sliding) ? sliding_blocks : 0};
   for (int k = 0; k < 2; ++k) {
@@ -31,7 +33,7 @@ KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_block
     Layer& layer = layers_[size_t(l)];
     layer.source = ls.kv_source;
     layer.kv_dim = ls.kv_dim();
-    if (ls.kv_source != l) continue;  // reads its source's rows
+    if (ls.kv_source != l || !host_storage) continue;  // reads its source's rows
     const size_t n = kinds_[int(ls.kind)].total * size_t(kBlockSize * layer.kv_dim);
     layer.k.assign(n, 0.0f);
     layer.v.assign(n, 0.0f);

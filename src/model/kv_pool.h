@@ -19,8 +19,12 @@ class KvPool {
  public:
   static constexpr int64_t kBlockSize = 16;
 
-  // `blocks[k]` blocks for attention kind k (indexed by AttentionKind).
-  KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks);
+  // `blocks[k]` blocks for attention kind k (indexed by AttentionKind). With
+  // `host_storage` false the pool hands out block ids only: a GPU runner
+  // keeps the rows in device memory under the same ids and layout.
+  KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks,
+         bool host_storage = true);
+  bool has_host_storage() const { return host_storage_; }
 
   // Sliding blocks one sequence can hold at once when steps add at most
   // `max_step_tokens` tokens: the window, the step, and block rounding.
@@ -33,6 +37,7 @@ class KvPool {
   // A block id, or -1 when the kind's pool is empty.
   int32_t allocate(AttentionKind kind);
   void release(AttentionKind kind, int32_t block);
+  // Bytes of host storage (0 without it).
   size_t bytes() const;
 
   // K / V rows of `block` for `layer` (its source layer's storage when it is
@@ -63,6 +68,7 @@ class KvPool {
   };
   Kind kinds_[2];
   std::vector<Layer> layers_;
+  bool host_storage_ = true;
 };
 
 // Where one sequence's keys and values live.

@@ -146,6 +146,13 @@ std::string Metrics::render(const EngineStatus* e, const std::string& state,
             double(e->images_processed));
     gauge(out, "tandem_images_waiting", "Images accepted but not yet encoded.",
           double(e->images_waiting));
+    if (e->has_gpu_memory) {
+      gauge(out, "tandem_gpu_memory_total_bytes", "Memory of the CUDA device the model runs on.",
+            double(e->gpu_memory_total_bytes));
+      gauge(out, "tandem_gpu_memory_used_bytes",
+            "Memory in use on the CUDA device the model runs on (by any process).",
+            double(e->gpu_memory_total_bytes - e->gpu_memory_free_bytes));
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   header(out, "tandem_http_responses_total", "counter", "HTTP responses by route and status.");

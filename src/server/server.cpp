@@ -314,6 +314,11 @@ struct Server::Impl {
               {"watchdog_fired", st.watchdog_fired},
               {"last_error", st.last_error.empty() ? json(nullptr) : json(st.last_error)},
               {"requests", std::move(requests)}};
+    j["device"] = e ? json(st.device) : json(nullptr);  // null while loading
+    if (st.has_gpu_memory)
+      j["gpu_memory"] = {{"total_bytes", st.gpu_memory_total_bytes},
+                         {"free_bytes", st.gpu_memory_free_bytes},
+                         {"used_bytes", st.gpu_memory_total_bytes - st.gpu_memory_free_bytes}};
     set_json(res, 200, j);
   }
 

@@ -1,6 +1,7 @@
 // The attention half of a layer on the GPU against the CPU backend: paged
 // attention (GQA, sliding window, soft-cap, bidirectional key_end, shuffled
 // block tables, head dims up to 512), RoPE, and the KV write.
+// Attention runs with 1, 3 and 7 key-range splits (flash-decoding).
 // Tolerances: attention |gpu - cpu| ≤ 2e-5 + 2e-5·|cpu| (online vs two-pass
 // softmax); RoPE ≤ 1e-5 · (|a| + |b|) (sincosf vs libm); KV write exact.
 #include <gtest/gtest.h>
@@ -94,28 +95,44 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
     std::vector<float> want(size_t(c.n * q_dim));
     cpu::attention(pool, q.data(), pos0, c.n, cp, want.data());
 
-    auto dk = upload(k), dv = upload(v), dq = upload(q), dt = upload(table), de = upload(key_end);
-    cuda::DeviceBuffer dout(want.size() * sizeof(float));
-    cuda::PagedAttention gp;
-    gp.heads = c.heads;
-    gp.kv_heads = c.kv_heads;
-    gp.head_dim = c.head_dim;
-    gp.scale = cp.scale;
-    gp.softcap = c.softcap;
-    gp.window = c.window;
-    gp.k_base = dk.as<float>();
-    gp.v_base = dv.as<float>();
-    gp.blocks = dt.as<int32_t>();
-    gp.block_size = block_size;
-    gp.key_end = c.bidirectional ? de.as<int64_t>() : nullptr;
-    cuda::attention_paged(dq.as<float>(), pos0, c.n, gp, dout.as<float>(), nullptr);
-    const auto got = download(dout, want.size());
-    size_t bad = 0;
-    for (size_t i = 0; i < got.size(); ++i)
-      if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 2e-5 * std::fabs(want[i])) && bad++ < 3)
-        ADD_FAILURE() << "H" << c.heads << " K" << c.kv_heads << " Dh" << c.head_dim << " ctx "
-                      << c.ctx << " [" << i << "] gpu " << got[i] << " cpu " << want[i];
-    EXPECT_EQ(bad, 0u) << "head_dim " << c.head_dim;
+    std::vector<int64_t> positions(size_t(c.n));
+    for (int64_t t = 0; t < c.n; ++t) positions[size_t(t)] = pos0 + t;
+    const std::vector<int32_t> seq(size_t(c.n), 0), start = {0};
+    auto dk = upload(k), dv = upload(v), dq = upload(q), dt = upload(table), de = upload(key_end),
+         dp = upload(positions), ds = upload(seq), dst = upload(start);
+    cuda::StepLayout at;
+    at.positions = dp.as<int64_t>();
+    at.key_end = de.as<int64_t>();
+    at.seq = ds.as<int32_t>();
+    at.tables = dt.as<int32_t>();
+    at.table_start = dst.as<int32_t>();
+    for (int splits : {1, 3, 7}) {
+      cuda::DeviceBuffer dout(want.size() * sizeof(float));
+      cuda::DeviceBuffer partial(
+          std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, c.head_dim, splits)) *
+          sizeof(float));
+      cuda::PagedAttention gp;
+      gp.heads = c.heads;
+      gp.kv_heads = c.kv_heads;
+      gp.head_dim = c.head_dim;
+      gp.scale = cp.scale;
+      gp.softcap = c.softcap;
+      gp.window = c.window;
+      gp.k_base = dk.as<float>();
+      gp.v_base = dv.as<float>();
+      gp.block_size = block_size;
+      gp.splits = splits;
+      gp.partial = partial.as<float>();
+      cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr);
+      const auto got = download(dout, want.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 2e-5 * std::fabs(want[i])) && bad++ < 3)
+          ADD_FAILURE() << "H" << c.heads << " K" << c.kv_heads << " Dh" << c.head_dim << " ctx "
+                        << c.ctx << " splits " << splits << " [" << i << "] gpu " << got[i]
+                        << " cpu " << want[i];
+      EXPECT_EQ(bad, 0u) << "head_dim " << c.head_dim << " splits " << splits;
+    }
   }
 }
 
@@ -148,9 +165,18 @@ TEST_F(CudaAttention, KvWriteFillsThePagedRows) {
   const auto rows = randn(size_t(n * kv_dim), 5);
   cuda::DeviceBuffer base(size_t(5 * block_size * kv_dim) * sizeof(float));
   cudaMemset(base.get(), 0, base.bytes());
-  auto dr = upload(rows), dt = upload(table);
-  cuda::kv_write(dr.as<float>(), pos0, n, kv_dim, base.as<float>(), dt.as<int32_t>(), 0, block_size,
-                 nullptr);
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = pos0 + t;
+  const std::vector<int32_t> seq(size_t(n), 0), start = {0};
+  auto dr = upload(rows), dt = upload(table), dp = upload(positions), ds = upload(seq),
+       dst = upload(start);
+  cuda::StepLayout at;
+  at.positions = dp.as<int64_t>();
+  at.key_end = dp.as<int64_t>();  // unused by the write
+  at.seq = ds.as<int32_t>();
+  at.tables = dt.as<int32_t>();
+  at.table_start = dst.as<int32_t>();
+  cuda::kv_write(dr.as<float>(), n, kv_dim, base.as<float>(), block_size, at, nullptr);
   const auto got = download(base, size_t(5 * block_size * kv_dim));
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = pos0 + t;

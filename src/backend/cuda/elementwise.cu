@@ -96,6 +96,99 @@ __global__ void embed_f32_kernel(const float* __restrict__ table, int64_t dim,
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = row[i] * scale;
 }
 
+__global__ void gather_kernel(const float* __restrict__ src, const int32_t* __restrict__ idx,
+                              int64_t dim, float* __restrict__ dst) {
+  const float* r = src + int64_t(idx[blockIdx.x]) * dim;
+  float* o = dst + int64_t(blockIdx.x) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = r[i];
+}
+
+__global__ void scatter_kernel(const float* __restrict__ src, const int32_t* __restrict__ idx,
+                               int64_t dim, float* __restrict__ dst) {
+  const float* r = src + int64_t(blockIdx.x) * dim;
+  float* o = dst + int64_t(idx[blockIdx.x]) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = r[i];
+}
+
+__global__ void add_then_scale_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n,
+                                      float s) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * kThreads)
+    y[i] = (y[i] + x[i]) * s;
+}
+
+template <int Act>
+__global__ void gated_strided_kernel(float* __restrict__ gate, const float* __restrict__ up,
+                                     int64_t up_stride, int64_t dim) {
+  float* g = gate + int64_t(blockIdx.x) * dim;
+  const float* u = up + int64_t(blockIdx.x) * up_stride;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads)
+    g[i] = (Act == 0 ? silu(g[i]) : gelu_tanh(g[i])) * u[i];
+}
+
+// Sum over the block (kThreads threads) of v; every thread gets it.
+__device__ float block_sum(float v, float* partial) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();  // partial may still be read from a previous call
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float s = 0.f;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) s += partial[w];
+  return s;
+}
+
+__global__ void residual_norm_kernel(float* __restrict__ h, const float* __restrict__ delta,
+                                     const float* __restrict__ delta_w,
+                                     const float* __restrict__ next_w, float* __restrict__ x,
+                                     int64_t dim, float eps) {
+  __shared__ float partial[kThreads / 32];
+  float* hr = h + int64_t(blockIdx.x) * dim;
+  const float* dr = delta + int64_t(blockIdx.x) * dim;
+  float r = 1.f;
+  if (delta_w) {
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < dim; i += kThreads) ss += dr[i] * dr[i];
+    r = rsqrtf(block_sum(ss, partial) / float(dim) + eps);
+  }
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
+    const float v = hr[i] + (delta_w ? dr[i] * r * delta_w[i] : dr[i]);
+    hr[i] = v;
+    ss += v * v;
+  }
+  if (!x) return;
+  const float r2 = rsqrtf(block_sum(ss, partial) / float(dim) + eps);
+  float* xr = x + int64_t(blockIdx.x) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads)
+    xr[i] = hr[i] * r2 * (next_w ? next_w[i] : 1.f);
+}
+
+template <int Act>
+__global__ void gated_halves_kernel(const float* __restrict__ gu, int64_t F,
+                                    float* __restrict__ out) {
+  const float* g = gu + int64_t(blockIdx.x) * 2 * F;
+  float* o = out + int64_t(blockIdx.x) * F;
+  for (int64_t i = threadIdx.x; i < F; i += kThreads)
+    o[i] = (Act == 0 ? silu(g[i]) : gelu_tanh(g[i])) * g[F + i];
+}
+
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // nearest even; NaN stays NaN
+}
+
+__global__ void split_bf16_kernel(const float* __restrict__ src, int64_t n,
+                                  uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * kThreads) {
+    const uint16_t h = bf16_bits(src[i]);
+    hi[i] = h;
+    lo[i] = bf16_bits(src[i] - __uint_as_float(uint32_t(h) << 16));
+  }
+}
+
 }  // namespace
 
 void add_bias(float* y, const float* b, int64_t n, int64_t dim, cudaStream_t stream) {
@@ -152,6 +245,66 @@ void embed_rows_bf16(const uint16_t* table, int64_t dim, const int32_t* ids, int
                      float* out, cudaStream_t stream) {
   if (n <= 0) return;
   embed_kernel<<<unsigned(n), kThreads, 0, stream>>>(table, dim, ids, scale, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gather_rows(const float* src, const int32_t* idx, int64_t n, int64_t dim, float* dst,
+                 cudaStream_t stream) {
+  if (n <= 0) return;
+  gather_kernel<<<unsigned(n), kThreads, 0, stream>>>(src, idx, dim, dst);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void scatter_rows(const float* src, const int32_t* idx, int64_t n, int64_t dim, float* dst,
+                  cudaStream_t stream) {
+  if (n <= 0) return;
+  scatter_kernel<<<unsigned(n), kThreads, 0, stream>>>(src, idx, dim, dst);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_then_scale(float* y, const float* x, int64_t n, float s, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_then_scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n, s);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_tanh_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows,
+                           int64_t dim, cudaStream_t stream) {
+  if (rows <= 0) return;
+  gated_strided_kernel<1><<<unsigned(rows), kThreads, 0, stream>>>(gate, up, up_stride, dim);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void silu_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows, int64_t dim,
+                      cudaStream_t stream) {
+  if (rows <= 0) return;
+  gated_strided_kernel<0><<<unsigned(rows), kThreads, 0, stream>>>(gate, up, up_stride, dim);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void split_bf16(const float* src, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
+  if (n <= 0) return;
+  split_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, n, hi, lo);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
+                   float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream) {
+  if (n <= 0) return;
+  residual_norm_kernel<<<unsigned(n), kThreads, 0, stream>>>(h, delta, delta_w, next_w, x, dim,
+                                                             eps);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void silu_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  gated_halves_kernel<0><<<unsigned(n), kThreads, 0, stream>>>(gu, F, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  gated_halves_kernel<1><<<unsigned(n), kThreads, 0, stream>>>(gu, F, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -44,33 +44,72 @@ void gelu_tanh_mul(float* gate, const float* up, int64_t n, cudaStream_t stream)
 // x[i] = cap · tanh(x[i] / cap)
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
 
+// dst[i] = src[idx[i]] rows of `dim` f32, i < n (idx device).
+void gather_rows(const float* src, const int32_t* idx, int64_t n, int64_t dim, float* dst,
+                 cudaStream_t stream);
+// dst[idx[i]] = src[i] rows of `dim` f32, i < n (idx device).
+void scatter_rows(const float* src, const int32_t* idx, int64_t n, int64_t dim, float* dst,
+                  cudaStream_t stream);
+// y[i] = (y[i] + x[i]) · s
+void add_then_scale(float* y, const float* x, int64_t n, float s, cudaStream_t stream);
+// gate[r, i] = act(gate[r, i]) · up[r · up_stride + i] for r < rows, i < dim
+// (Gemma 4's per-layer gate over its slice of the per-layer inputs).
+void gelu_tanh_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows,
+                           int64_t dim, cudaStream_t stream);
+void silu_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows, int64_t dim,
+                      cudaStream_t stream);
+// Splits f32 values into two bf16 parts for tensor-core GEMMs that keep f32
+// accuracy: hi[i] = bf16(src[i]), lo[i] = bf16(src[i] - hi[i]) (round to
+// nearest even), so hi + lo carries 16 significant bits.
+void split_bf16(const float* src, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
+
 // out[t] = table[ids[t]] · scale (rows of `dim` bf16 widened to f32).
 void embed_rows_bf16(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t n, float scale,
                      float* out, cudaStream_t stream);
 
-// Paged attention over f32 K/V, the CPU backend's contract (cpu::attention):
-// query t (position pos0 + t) sees keys [max(0, pos - window + 1), end) with
-// end = key_end[t] or pos + 1; scores are q·k · scale, soft-capped when
-// softcap > 0; query head h reads kv head h / (heads / kv_heads). Position p
-// lives in row p % block_size of block blocks[p / block_size - first_block].
-// All pointers are device pointers. One block per (token, head); each warp
-// keeps an online softmax over its share of the keys, merged at the end.
-// (Correctness first: long contexts at batch 1 want split-K, not yet.)
+// Where each token of a step sits (device arrays, so a captured CUDA graph
+// replays with new contents): token t is at positions[t], sees keys below
+// key_end[t] (exclusive: positions[t] + 1 when causal, the end of its image
+// run when bidirectional) and belongs to sequence seq[t], whose blocks of the
+// layer's kind are tables[table_start[seq[t]] + i] for positions
+// [(first_block[seq[t]] + i) · block_size, ...) (first_block null: 0).
+struct StepLayout {
+  const int64_t* positions = nullptr;    // [n]
+  const int64_t* key_end = nullptr;      // [n]
+  const int32_t* seq = nullptr;          // [n]
+  const int32_t* tables = nullptr;       // every sequence's block ids, back to back
+  const int32_t* table_start = nullptr;  // [S]
+  const int64_t* first_block = nullptr;  // [S] or null
+};
+
+// Paged attention over f32 K/V, the CPU backend's contract (cpu::attention)
+// per token: keys [max(0, pos - window + 1), key_end); scores q·k · scale,
+// soft-capped when softcap > 0; query head h reads kv head h / (heads /
+// kv_heads); position p of a sequence lives in row p % block_size of its
+// block for p / block_size. Each (token, head) is split over `splits` key
+// ranges (flash-decoding: few tokens, long contexts), each kept as an online
+// softmax by 4 warps, and merged by a second kernel when splits > 1 through
+// `partial` (attention_partial_floats of it).
 struct PagedAttention {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // head_dim ≤ 512
   float scale = 1.f, softcap = 0.f;
   int64_t window = 0;
   const float* k_base = nullptr;
   const float* v_base = nullptr;
-  const int32_t* blocks = nullptr;
-  int64_t first_block = 0, block_size = 0;
-  const int64_t* key_end = nullptr;  // [n] or null
+  int64_t block_size = 0;
+  int splits = 1;
+  float* partial = nullptr;
 };
 // q, out: [n, heads·head_dim].
-void attention_paged(const float* q, int64_t pos0, int64_t n, const PagedAttention& p, float* out,
-                     cudaStream_t stream);
+void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
+                     float* out, cudaStream_t stream);
+// Key-range splits worth using for n tokens of `heads` heads on a device of
+// `multiprocessors` SMs (enough blocks to fill it twice, at most 32).
+int attention_splits(int64_t n, int64_t heads, int multiprocessors);
+size_t attention_partial_floats(int64_t n, int64_t heads, int64_t head_dim, int splits);
 
-// Rotate-half RoPE in place on x [n, heads, head_dim] for positions[t]
+// An unfused part of qkv_post (its tests' reference): rotate-half RoPE in
+// place on x [n, heads, head_dim] for positions[t]
 // (device, [n]): dims i and i + rotary_dim/2 (i < rotary_dim/2) rotate by
 // angle = float(pos) · inv_freq[i] (f32, as transformers), cos and sin
 // times `scaling`.
@@ -78,9 +117,47 @@ void rope_rotate_half(float* x, int64_t n, int64_t heads, int64_t head_dim,
                       const int64_t* positions, const float* inv_freq, int64_t rotary_dim,
                       float scaling, cudaStream_t stream);
 
-// Writes rows [n, kv_dim] for positions pos0 .. pos0+n-1 into paged storage
-// (layout as PagedAttention's).
-void kv_write(const float* rows, int64_t pos0, int64_t n, int64_t kv_dim, float* base,
-              const int32_t* blocks, int64_t first_block, int64_t block_size, cudaStream_t stream);
+// The attention inputs of a layer from its fused projection, one launch:
+// qkv [n, stride] holds each token's q (heads·Dh), then, when the layer has
+// its own KV, k (kv_heads·Dh) and v (kv_heads·Dh; none when k_eq_v: v is the
+// raw k). Per head: RMSNorm (q, k with their weights when qk_norm; v without
+// weight when v_norm), rotate-half RoPE on q and k, the query temperature
+// on q (beta != 0: · (1 + beta · log(1 + floor(pos / base)))); q goes to
+// q_out [n, heads·Dh], k and v to their paged rows (kv_write's layout).
+struct QkvPost {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, stride = 0;
+  bool own_kv = true, k_eq_v = false, qk_norm = false, v_norm = false;
+  const float* q_norm = nullptr;  // [head_dim] (Gemma's +1 included) or null
+  const float* k_norm = nullptr;
+  float eps = 1e-6f;
+  const float* inv_freq = nullptr;  // [rotary_dim / 2]
+  int64_t rotary_dim = 0;
+  float rope_scaling = 1.f;
+  float temp_beta = 0.f, temp_base = 1.f;
+  float* q_out = nullptr;
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  int64_t block_size = 0;
+};
+void qkv_post(const float* qkv, int64_t n, const StepLayout& at, const QkvPost& p,
+              cudaStream_t stream);
+
+// The residual stream between blocks, one launch: h[t] += d (d = delta[t],
+// or rmsnorm(delta[t]) · delta_w when delta_w is set: Gemma's post-norms),
+// then x[t] = rmsnorm(h[t]) · next_w (null: no weight) when x is set (the
+// next block's input norm). Rows of `dim`, t < n.
+void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
+                   float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream);
+
+// out[t, i] = act(gu[t, i]) · gu[t, F + i] for t < n, i < F: the gated MLP
+// activation over the fused gate/up projection [n, 2F].
+void silu_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream);
+void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream);
+
+// An unfused part of qkv_post (the tests' reference for its layout): writes
+// rows [n, kv_dim] to the paged storage at each token's position (layout as
+// PagedAttention's).
+void kv_write(const float* rows, int64_t n, int64_t kv_dim, float* base, int64_t block_size,
+              const StepLayout& at, cudaStream_t stream);
 
 }  // namespace tandem::cuda

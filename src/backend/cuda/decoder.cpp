@@ -1,0 +1,791 @@
+#include "backend/cuda/decoder.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/quant.h"
+#include "model/rope.h"
+
+#define CUBLAS_CHECK(call)                                                                      \
+  do {                                                                                          \
+    const cublasStatus_t tandem_cublas_st_ = (call);                                            \
+    if (tandem_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                             \
+      ::tandem::fail("cuBLAS: %s failed with status %d (%s:%d)", #call, int(tandem_cublas_st_), \
+                     __FILE__, __LINE__);                                                       \
+  } while (0)
+
+namespace tandem::cuda {
+
+namespace {
+
+// Steps of at most this many tokens run the GEMV kernels (f32 activations,
+// f32 accumulation); larger ones cuBLAS: for bf16 weights two tensor-core
+// GEMMs over the activations split into bf16 hi + lo parts (16 significant
+// bits, so prefill logits stay within ~1e-5 of the f32 path, where plain
+// bf16 activations were 3e-2 to 0.6 × std off), for f32 weights SGEMM.
+constexpr int64_t kGemvMaxTokens = 16;
+constexpr size_t kBlasWorkspace = size_t(32) << 20;
+
+// A weight matrix on the device: bf16 or f32.
+struct DevMatrix {
+  DType dtype = DType::F32;
+  DeviceBuffer buf;
+  int64_t rows = 0, cols = 0;
+  bool empty() const { return rows == 0; }
+};
+
+// The device dtype of matrices uploaded together: bf16 when every part is
+// bf16 or quantized (dequantized), f32 otherwise (f16 widened to f32, as the
+// CPU reads it).
+DType device_dtype(const std::vector<const WeightMatrix*>& parts) {
+  for (const WeightMatrix* w : parts)
+    if (w->data && w->rows && !w->quantized() && w->dtype != DType::BF16) return DType::F32;
+  return DType::BF16;
+}
+
+size_t device_bytes(const std::vector<const WeightMatrix*>& parts) {
+  size_t n = 0;
+  for (const WeightMatrix* w : parts)
+    if (w->data) n += size_t(w->rows * w->cols);
+  return n * dtype_size(device_dtype(parts));
+}
+
+// The parts' rows one after another (all with the same cols) as one device
+// matrix, so projections that read the same input run as one GEMV. Rows are
+// converted a chunk at a time when the stored type is not the device type.
+DevMatrix upload_matrix(const std::vector<const WeightMatrix*>& parts, size_t& total) {
+  DevMatrix m;
+  for (const WeightMatrix* w : parts) {
+    if (!w->data || w->rows == 0) continue;
+    if (m.cols && w->cols != m.cols)
+      fail("CUDA decoder: fused projections disagree on their input width (%lld vs %lld)",
+           (long long)m.cols, (long long)w->cols);
+    m.cols = w->cols;
+    m.rows += w->rows;
+  }
+  if (m.rows == 0) return m;
+  m.dtype = device_dtype(parts);
+  const size_t elem = dtype_size(m.dtype);
+  m.buf = DeviceBuffer(size_t(m.rows * m.cols) * elem);
+  uint8_t* dst = m.buf.as<uint8_t>();
+  std::vector<float> row(size_t(m.cols));
+  std::vector<uint8_t> part;
+  for (const WeightMatrix* w : parts) {
+    if (!w->data || w->rows == 0) continue;
+    const size_t row_bytes = size_t(w->cols) * elem;
+    if (!w->quantized() && w->dtype == m.dtype) {
+      CUDA_CHECK(cudaMemcpy(dst, w->data, size_t(w->rows) * row_bytes, cudaMemcpyHostToDevice));
+      dst += size_t(w->rows) * row_bytes;
+      continue;
+    }
+    const int64_t chunk = std::max<int64_t>(1, (int64_t(16) << 20) / int64_t(row_bytes));
+    for (int64_t r0 = 0; r0 < w->rows; r0 += chunk) {
+      const int64_t rows = std::min(chunk, w->rows - r0);
+      part.resize(size_t(rows) * row_bytes);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (w->quantized())
+          dequantize_row(*w, r0 + r, row.data());
+        else
+          convert_to_f32(static_cast<const uint8_t*>(w->data) +
+                             size_t(r0 + r) * size_t(w->cols) * dtype_size(w->dtype),
+                         w->dtype, w->cols, row.data());
+        for (int64_t c = 0; c < w->cols; ++c) {
+          if (m.dtype == DType::BF16)
+            reinterpret_cast<uint16_t*>(part.data())[r * w->cols + c] =
+                tandem::f32_to_bf16(row[size_t(c)]);
+          else
+            reinterpret_cast<float*>(part.data())[r * w->cols + c] = row[size_t(c)];
+        }
+      }
+      CUDA_CHECK(cudaMemcpy(dst, part.data(), part.size(), cudaMemcpyHostToDevice));
+      dst += part.size();
+    }
+  }
+  total += m.buf.bytes();
+  return m;
+}
+
+DevMatrix upload_matrix(const WeightMatrix& w, size_t& total) {
+  return upload_matrix(std::vector<const WeightMatrix*>{&w}, total);
+}
+
+// The parts' biases back to back (zeros for a part without one), or empty
+// when none has one.
+DeviceBuffer upload_biases(const std::vector<std::pair<const Vec*, int64_t>>& parts,
+                           size_t& total) {
+  bool any = false;
+  for (auto [b, rows] : parts) any = any || !b->empty();
+  if (!any) return DeviceBuffer();
+  std::vector<float> all;
+  for (auto [b, rows] : parts) {
+    if (b->empty())
+      all.insert(all.end(), size_t(rows), 0.f);
+    else
+      all.insert(all.end(), b->begin(), b->end());
+  }
+  DeviceBuffer d(all.size() * sizeof(float));
+  d.upload(all.data(), d.bytes());
+  total += d.bytes();
+  return d;
+}
+
+DeviceBuffer upload_vec(const std::vector<float>& v, size_t& total) {
+  DeviceBuffer b(v.size() * sizeof(float));
+  if (!v.empty()) b.upload(v.data(), b.bytes());
+  total += b.bytes();
+  return b;
+}
+
+float* ptr(const DeviceBuffer& b) {
+  return b.bytes() ? b.as<float>() : nullptr;
+}
+
+// Page-locked host memory, so uploads are asynchronous.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes) CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
+  }
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct Layer {
+  DeviceBuffer attn_in_norm, qkv_bias, q_norm, k_norm, o_bias, attn_out_norm, mlp_in_norm,
+      gate_up_bias, down_bias, mlp_out_norm, ple_out_norm;
+  DevMatrix qkv;      // q, then k and v when the layer computes its own KV (no v when k_eq_v)
+  DevMatrix gate_up;  // gate, then up
+  DevMatrix o, down, ple_gate, ple_proj;
+  DeviceBuffer keys, values;  // own KV rows: [blocks of kind + 1, block, K·Dh]; empty when shared
+  DeviceBuffer inv_freq;
+  int64_t rotary_dim = 0;
+  float rope_scaling = 1.f;
+  float scalar = 1.f;
+};
+
+// The projections a layer's fused qkv matrix holds, in order.
+std::vector<const WeightMatrix*> qkv_parts(const LayerSpec& ls, const LayerWeights& lw,
+                                           bool own_kv) {
+  std::vector<const WeightMatrix*> parts = {&lw.q};
+  if (own_kv) parts.push_back(&lw.k);
+  if (own_kv && !ls.k_eq_v) parts.push_back(&lw.v);
+  return parts;
+}
+
+// Batch sizes decode graphs are captured for: 1, 2, 4, 8, then 1.5x steps
+// rounded up to 8 (16, 24, 40, 64, 96, 144, 216), capped at the step limit.
+int64_t bucket_for(int64_t n, int64_t max) {
+  int64_t b = 1;
+  while (b < n) b = b < 8 ? b * 2 : (b + b / 2 + 7) / 8 * 8;
+  return std::min(b, max);
+}
+
+bool graphs_enabled_by_env() {
+  const char* e = std::getenv("TANDEM_CUDA_GRAPHS");
+  return !(e && std::string(e) == "0");
+}
+
+}  // namespace
+
+struct Decoder::Impl {
+  const Model& model;
+  const ModelSpec& spec;
+  KvPool& kv_pool;
+  int64_t max_tokens;
+  int device = 0;
+  std::string name;
+  int multiprocessors = 1;
+  bool graphs = graphs_enabled_by_env();
+  size_t weight_bytes = 0, streamed_bytes = 0, kv_bytes = 0;
+
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  DeviceBuffer blas_workspace;
+
+  DevMatrix embed, head, ple_embed, ple_model_proj;
+  bool head_tied = false;
+  DeviceBuffer final_norm, ple_proj_norm;
+  std::vector<Layer> layers;
+
+  // Activations for max_tokens tokens.
+  DeviceBuffer h, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, logits, partial;
+
+  // The step's inputs: one pinned staging area, uploaded into `inputs`.
+  // Offsets in bytes; the tables sections have room for every block of the
+  // pool plus one padding entry per token.
+  size_t off_ids = 0, off_ple_ids = 0, off_seq = 0, off_logit_rows = 0, off_image_rows = 0,
+         off_pos = 0, off_key_end = 0, off_first_sliding = 0, off_start_full = 0,
+         off_start_sliding = 0, off_tables_full = 0, off_tables_sliding = 0, inputs_bytes = 0;
+  DeviceBuffer inputs;
+  PinnedBuffer staging;
+  DeviceBuffer image_rows;  // [max_tokens, D] image features of the step
+  PinnedBuffer image_staging;
+  int32_t scratch_block[2] = {0, 0};  // per kind: the padding block's id
+
+  std::map<int64_t, cudaGraphExec_t> decode_graphs;
+
+  Impl(const Model& m, KvPool& pool, int64_t max_step_tokens, int dev)
+      : model(m), spec(m.spec), kv_pool(pool), max_tokens(max_step_tokens), device(dev) {}
+
+  ~Impl() {
+    for (auto& [b, g] : decode_graphs) cudaGraphExecDestroy(g);
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  template <class T>
+  T* dev(size_t off) const {
+    return reinterpret_cast<T*>(inputs.as<uint8_t>() + off);
+  }
+  template <class T>
+  T* host(size_t off) const {
+    return reinterpret_cast<T*>(staging.as<uint8_t>() + off);
+  }
+
+  StepLayout layout(AttentionKind kind) const {
+    StepLayout at;
+    at.positions = dev<int64_t>(off_pos);
+    at.key_end = dev<int64_t>(off_key_end);
+    at.seq = dev<int32_t>(off_seq);
+    if (kind == AttentionKind::Full) {
+      at.tables = dev<int32_t>(off_tables_full);
+      at.table_start = dev<int32_t>(off_start_full);
+    } else {
+      at.tables = dev<int32_t>(off_tables_sliding);
+      at.table_start = dev<int32_t>(off_start_sliding);
+      at.first_block = dev<int64_t>(off_first_sliding);
+    }
+    return at;
+  }
+
+  // y[n, rows] = x[n, cols] · Wᵀ (+ bias)
+  void linear(const DevMatrix& w, const DeviceBuffer& bias, const float* xin, int64_t n, float* y) {
+    if (n <= kGemvMaxTokens) {
+      if (w.dtype == DType::BF16)
+        gemv_bf16(w.buf.as<uint16_t>(), w.rows, w.cols, xin, n, y, stream);
+      else
+        gemv_f32(w.buf.as<float>(), w.rows, w.cols, xin, n, y, stream);
+    } else {
+      const float one = 1.f, zero = 0.f;
+      // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W
+      // read as the transpose of its column-major [cols, rows] view.
+      if (w.dtype == DType::BF16) {
+        uint16_t* hi = xb.as<uint16_t>();
+        uint16_t* lo = hi + n * w.cols;
+        split_bf16(xin, n * w.cols, hi, lo, stream);
+        for (int part = 0; part < 2; ++part)
+          CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n),
+                                    int(w.cols), &one, w.buf.get(), CUDA_R_16BF, int(w.cols),
+                                    part == 0 ? hi : lo, CUDA_R_16BF, int(w.cols),
+                                    part == 0 ? &zero : &one, y, CUDA_R_32F, int(w.rows),
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      } else {
+        CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n), int(w.cols),
+                                 &one, w.buf.as<float>(), int(w.cols), xin, int(w.cols), &zero, y,
+                                 int(w.rows)));
+      }
+    }
+    if (bias.bytes()) add_bias(y, bias.as<float>(), n, w.rows, stream);
+  }
+
+  void embed_tokens(const DevMatrix& table, const int32_t* ids, int64_t T, float scale,
+                    float* dst) {
+    if (table.dtype == DType::BF16)
+      embed_rows_bf16(table.buf.as<uint16_t>(), table.cols, ids, T, scale, dst, stream);
+    else
+      embed_rows_f32(table.buf.as<float>(), table.cols, ids, T, scale, dst, stream);
+  }
+
+  // The forward pass of T tokens whose inputs are in `inputs` (n_images of
+  // them replaced by image rows), leaving the softcapped logits of the R
+  // rows listed at off_logit_rows in `logits`. Only kernel launches and
+  // device-side copies: capturable.
+  void forward(int64_t T, int64_t R, int64_t n_images) {
+    const ModelSpec& s = spec;
+    const int64_t D = s.hidden, V = s.vocab;
+    float* hp = h.as<float>();
+    float* xp = x.as<float>();
+    embed_tokens(embed, dev<int32_t>(off_ids), T, model.weights.embed_scale, hp);
+    if (n_images > 0)
+      scatter_rows(image_rows.as<float>(), dev<int32_t>(off_image_rows), n_images, D, hp, stream);
+    if (s.ple_dim > 0) per_layer_inputs(T);
+    const int splits = attention_splits(T, s.heads, multiprocessors);
+    // The MLP's residual add also computes the next layer's input norm when
+    // nothing (per-layer inputs, a layer scalar) comes between them.
+    bool x_ready = false;
+    for (int64_t l = 0; l < s.layers; ++l) {
+      attention_block(l, T, splits, x_ready);
+      const float scalar = layers[size_t(l)].scalar;
+      x_ready = s.ple_dim == 0 && scalar == 1.0f && l + 1 < s.layers;
+      mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr);
+      if (s.ple_dim > 0) per_layer_block(l, T);
+      if (scalar != 1.0f) scale_inplace(hp, T * D, scalar, stream);
+    }
+    gather_rows(hp, dev<int32_t>(off_logit_rows), R, D, xp, stream);
+    rmsnorm(xp, ptr(final_norm), R, D, s.norm_eps, xp, stream);
+    linear(head_tied ? embed : head, DeviceBuffer(), xp, R, logits.as<float>());
+    if (s.final_softcap > 0.0f) softcap(logits.as<float>(), R * V, s.final_softcap, stream);
+  }
+
+  // Gemma 4: ple[t, l] = (norm(proj(h) · D^-0.5)[l] + E_ple[id] · sqrt(P)) · 2^-0.5
+  void per_layer_inputs(int64_t T) {
+    const ModelSpec& s = spec;
+    const int64_t P = s.ple_dim, LP = s.layers * P;
+    float* pp = ple.as<float>();
+    linear(ple_model_proj, DeviceBuffer(), h.as<float>(), T, pp);
+    scale_inplace(pp, T * LP, 1.0f / std::sqrt(float(s.hidden)), stream);
+    rmsnorm(pp, ptr(ple_proj_norm), T * s.layers, P, s.norm_eps, pp, stream);
+    embed_tokens(ple_embed, dev<int32_t>(off_ple_ids), T, model.weights.ple_embed_scale,
+                 ple_tmp.as<float>());
+    add_then_scale(pp, ple_tmp.as<float>(), T * LP, 1.0f / std::sqrt(2.0f), stream);
+  }
+
+  // x_ready: x already holds this layer's normed input.
+  void attention_block(int64_t l, int64_t T, int splits, bool x_ready) {
+    const ModelSpec& s = spec;
+    const LayerSpec& ls = s.layer[size_t(l)];
+    Layer& L = layers[size_t(l)];
+    const int64_t D = s.hidden, Dh = ls.head_dim;
+    float *hp = h.as<float>(), *xp = x.as<float>(), *qp = q.as<float>();
+    if (!x_ready) rmsnorm(hp, ptr(L.attn_in_norm), T, D, s.norm_eps, xp, stream);
+    linear(L.qkv, L.qkv_bias, xp, T, qkv.as<float>());
+    const StepLayout at = layout(ls.kind);
+    Layer& src = layers[size_t(ls.kv_source)];
+    QkvPost post;
+    post.heads = s.heads;
+    post.kv_heads = ls.kv_heads;
+    post.head_dim = Dh;
+    post.stride = L.qkv.rows;
+    post.own_kv = ls.kv_source == l;
+    post.k_eq_v = ls.k_eq_v;
+    post.qk_norm = s.qk_norm;
+    post.v_norm = s.v_norm;
+    post.q_norm = ptr(L.q_norm);
+    post.k_norm = ptr(L.k_norm);
+    post.eps = s.norm_eps;
+    post.inv_freq = L.inv_freq.as<float>();
+    post.rotary_dim = L.rotary_dim;
+    post.rope_scaling = L.rope_scaling;
+    post.temp_beta = s.query_temperature_beta;
+    post.temp_base = float(std::max<int64_t>(1, s.query_temperature_base));
+    post.q_out = qp;
+    post.k_cache = src.keys.as<float>();
+    post.v_cache = src.values.as<float>();
+    post.block_size = KvPool::kBlockSize;
+    qkv_post(qkv.as<float>(), T, at, post, stream);
+    PagedAttention p;
+    p.heads = s.heads;
+    p.kv_heads = ls.kv_heads;
+    p.head_dim = Dh;
+    p.scale = s.attn_scale;
+    p.softcap = s.attn_softcap;
+    p.window = ls.kind == AttentionKind::Sliding ? s.sliding_window : 0;
+    p.k_base = src.keys.as<float>();
+    p.v_base = src.values.as<float>();
+    p.block_size = KvPool::kBlockSize;
+    p.splits = splits;
+    p.partial = partial.as<float>();
+    attention_paged(qp, T, at, p, attn.as<float>(), stream);
+    float* op = out.as<float>();
+    linear(L.o, L.o_bias, attn.as<float>(), T, op);
+    residual_norm(hp, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps, stream);
+  }
+
+  // Expects x = the MLP's normed input (attention_block leaves it);
+  // next_norm: also leave the next layer's normed input in x.
+  void mlp_block(int64_t l, int64_t T, const float* next_norm) {
+    const ModelSpec& s = spec;
+    Layer& L = layers[size_t(l)];
+    const int64_t D = s.hidden, F = s.layer[size_t(l)].intermediate;
+    float *hp = h.as<float>(), *xp = x.as<float>(), *op = out.as<float>();
+    linear(L.gate_up, L.gate_up_bias, xp, T, gate_up.as<float>());
+    if (s.activation == Activation::SiLU)
+      silu_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
+    else
+      gelu_tanh_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
+    linear(L.down, L.down_bias, gate.as<float>(), T, op);
+    residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,
+                  s.norm_eps, stream);
+  }
+
+  // Gemma 4: h += norm(proj(act(gate(h)) · ple[:, layer]))
+  void per_layer_block(int64_t l, int64_t T) {
+    const ModelSpec& s = spec;
+    Layer& L = layers[size_t(l)];
+    const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
+    float *hp = h.as<float>(), *gp = ple_gate.as<float>(), *op = out.as<float>();
+    linear(L.ple_gate, DeviceBuffer(), hp, T, gp);
+    if (s.activation == Activation::SiLU)
+      silu_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+    else
+      gelu_tanh_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+    linear(L.ple_proj, DeviceBuffer(), gp, T, op);
+    rmsnorm(op, ptr(L.ple_out_norm), T, D, s.norm_eps, op, stream);
+    add_inplace(hp, op, T * D, stream);
+  }
+
+  cudaGraphExec_t decode_graph(int64_t B) {
+    auto it = decode_graphs.find(B);
+    if (it != decode_graphs.end()) return it->second;
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      forward(B, B, 0);
+    } catch (...) {
+      cudaStreamEndCapture(stream, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(e);
+    decode_graphs[B] = exec;
+    return exec;
+  }
+};
+
+size_t Decoder::weight_bytes_for(const Model& model) {
+  const ModelSpec& s = model.spec;
+  const Weights& w = model.weights;
+  auto vec = [](const Vec& v) { return v.size() * sizeof(float); };
+  WeightMatrix embed = w.embed;
+  embed.rows = s.vocab;
+  embed.cols = s.hidden;
+  auto one = [](const WeightMatrix& m) {
+    return device_bytes(std::vector<const WeightMatrix*>{&m});
+  };
+  size_t total = one(embed) + vec(w.final_norm) + one(w.ple_embed) + one(w.ple_model_proj) +
+                 vec(w.ple_proj_norm);
+  if (w.head.data != w.embed.data) total += one(w.head);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const LayerSpec& ls = s.layer[size_t(l)];
+    const LayerWeights& lw = w.layers[size_t(l)];
+    total += device_bytes(qkv_parts(ls, lw, ls.kv_source == l)) + device_bytes({&lw.gate, &lw.up});
+    for (const WeightMatrix* m : {&lw.o, &lw.down, &lw.ple_gate, &lw.ple_proj})
+      total += device_bytes(std::vector<const WeightMatrix*>{m});
+    for (const Vec* v : {&lw.attn_in_norm, &lw.q_bias, &lw.k_bias, &lw.v_bias, &lw.q_norm,
+                         &lw.k_norm, &lw.o_bias, &lw.attn_out_norm, &lw.mlp_in_norm, &lw.gate_bias,
+                         &lw.up_bias, &lw.down_bias, &lw.mlp_out_norm, &lw.ple_out_norm})
+      total += vec(*v);
+  }
+  return total;
+}
+
+Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, int device) {
+  const ModelSpec& s = model.spec;
+  const Weights& w = model.weights;
+  if (kv_pool.has_host_storage())
+    fail("CUDA decoder: the KV pool must be created without host storage");
+  if (max_step_tokens <= 0) fail("CUDA decoder: max_step_tokens must be positive");
+  std::string why;
+  const int count = device_count(&why);
+  if (device < 0 || device >= count)
+    fail("CUDA device %d is not available (%d usable%s%s)", device, count, why.empty() ? "" : ": ",
+         why.c_str());
+  CUDA_CHECK(cudaSetDevice(device));
+  impl_ = std::make_unique<Impl>(model, kv_pool, max_step_tokens, device);
+  Impl& m = *impl_;
+  const DeviceInfo info = device_info(device);
+  m.name = "cuda:" + std::to_string(device);
+  m.multiprocessors = std::max(1, info.multiprocessors);
+  for (int64_t l = 0; l < s.layers; ++l)
+    if (s.layer[size_t(l)].head_dim > 512)
+      fail("CUDA decoder: layer %lld has head_dim %lld; the attention kernel takes at most 512",
+           (long long)l, (long long)s.layer[size_t(l)].head_dim);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&m.blas));
+  CUBLAS_CHECK(cublasSetStream(m.blas, m.stream));
+  m.blas_workspace = DeviceBuffer(kBlasWorkspace);
+  CUBLAS_CHECK(cublasSetWorkspace(m.blas, m.blas_workspace.get(), kBlasWorkspace));
+
+  // Weights.
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t& total = m.weight_bytes;
+  WeightMatrix embed = w.embed;
+  embed.rows = s.vocab;
+  embed.cols = s.hidden;
+  m.embed = upload_matrix(embed, total);
+  m.head_tied = w.head.data == w.embed.data;
+  if (!m.head_tied) m.head = upload_matrix(w.head, total);
+  m.final_norm = upload_vec(w.final_norm, total);
+  if (s.ple_dim > 0) {
+    m.ple_embed = upload_matrix(w.ple_embed, total);
+    m.ple_model_proj = upload_matrix(w.ple_model_proj, total);
+    m.ple_proj_norm = upload_vec(w.ple_proj_norm, total);
+  }
+  int64_t max_q = 0, max_qkv = 0, max_f = 0, max_cols = s.hidden, max_dh = 0;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const LayerSpec& ls = s.layer[size_t(l)];
+    const LayerWeights& lw = w.layers[size_t(l)];
+    Layer L;
+    const bool own_kv = ls.kv_source == l;
+    L.attn_in_norm = upload_vec(lw.attn_in_norm, total);
+    L.q_norm = upload_vec(lw.q_norm, total);
+    L.k_norm = upload_vec(lw.k_norm, total);
+    L.o_bias = upload_vec(lw.o_bias, total);
+    L.attn_out_norm = upload_vec(lw.attn_out_norm, total);
+    L.mlp_in_norm = upload_vec(lw.mlp_in_norm, total);
+    L.down_bias = upload_vec(lw.down_bias, total);
+    L.mlp_out_norm = upload_vec(lw.mlp_out_norm, total);
+    L.ple_out_norm = upload_vec(lw.ple_out_norm, total);
+    const auto qkv = qkv_parts(ls, lw, own_kv);
+    L.qkv = upload_matrix(qkv, total);
+    std::vector<std::pair<const Vec*, int64_t>> qkv_bias = {{&lw.q_bias, lw.q.rows}};
+    if (own_kv) qkv_bias.push_back({&lw.k_bias, lw.k.rows});
+    if (own_kv && !ls.k_eq_v) qkv_bias.push_back({&lw.v_bias, lw.v.rows});
+    L.qkv_bias = upload_biases(qkv_bias, total);
+    L.gate_up = upload_matrix({&lw.gate, &lw.up}, total);
+    L.gate_up_bias =
+        upload_biases({{&lw.gate_bias, lw.gate.rows}, {&lw.up_bias, lw.up.rows}}, total);
+    L.o = upload_matrix(lw.o, total);
+    L.down = upload_matrix(lw.down, total);
+    L.ple_gate = upload_matrix(lw.ple_gate, total);
+    L.ple_proj = upload_matrix(lw.ple_proj, total);
+    L.scalar = lw.scalar;
+    const RopeTable rope = make_rope_table(s.rope_for(l), ls.head_dim);
+    L.inv_freq = upload_vec(rope.inv_freq, total);
+    L.rotary_dim = rope.rotary_dim;
+    L.rope_scaling = rope.attention_scaling;
+    max_q = std::max(max_q, ls.q_dim(s.heads));
+    max_qkv = std::max(max_qkv, L.qkv.rows);
+    max_f = std::max(max_f, ls.intermediate);
+    max_dh = std::max(max_dh, ls.head_dim);
+    max_cols = std::max({max_cols, ls.q_dim(s.heads), ls.intermediate});
+    m.layers.push_back(std::move(L));
+  }
+  m.streamed_bytes = total - m.ple_embed.buf.bytes() - (m.head_tied ? 0 : m.embed.buf.bytes());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "tandem: %.2f GB of weights on %s (%s) in %.1f s\n", total / 1e9,
+               m.name.c_str(), info.name.c_str(), secs);
+
+  // KV storage under the pool's block ids, plus one padding block per kind.
+  for (int k = 0; k < 2; ++k) m.scratch_block[k] = int32_t(kv_pool.total(AttentionKind(k)));
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const LayerSpec& ls = s.layer[size_t(l)];
+    if (ls.kv_source != l) continue;
+    const size_t rows = size_t(kv_pool.total(ls.kind) + 1) * size_t(KvPool::kBlockSize);
+    const size_t bytes = rows * size_t(ls.kv_dim()) * sizeof(float);
+    Layer& L = m.layers[size_t(l)];
+    L.keys = DeviceBuffer(bytes);
+    L.values = DeviceBuffer(bytes);
+    CUDA_CHECK(cudaMemset(L.keys.get(), 0, bytes));
+    CUDA_CHECK(cudaMemset(L.values.get(), 0, bytes));
+    m.kv_bytes += 2 * bytes;
+  }
+
+  // Activations.
+  const size_t T = size_t(max_step_tokens), D = size_t(s.hidden), V = size_t(s.vocab),
+               LP = size_t(s.layers * s.ple_dim);
+  for (DeviceBuffer* b : {&m.h, &m.x, &m.out}) *b = DeviceBuffer(T * D * 4);
+  m.qkv = DeviceBuffer(T * size_t(max_qkv) * 4);
+  m.q = DeviceBuffer(T * size_t(max_q) * 4);
+  m.attn = DeviceBuffer(T * size_t(max_q) * 4);
+  m.gate_up = DeviceBuffer(T * size_t(2 * max_f) * 4);
+  m.gate = DeviceBuffer(T * size_t(max_f) * 4);
+  if (LP > 0) {
+    m.ple = DeviceBuffer(T * LP * 4);
+    m.ple_tmp = DeviceBuffer(T * LP * 4);
+    m.ple_gate = DeviceBuffer(T * size_t(s.ple_dim) * 4);
+    max_cols = std::max<int64_t>(max_cols, s.ple_dim);
+  }
+  m.xb = DeviceBuffer(2 * T * size_t(max_cols) * 2);  // hi and lo parts
+  m.logits = DeviceBuffer(T * V * 4);
+  m.partial = DeviceBuffer(size_t(4 * m.multiprocessors + s.heads) * size_t(max_dh + 2) * 4);
+
+  // Step inputs.
+  size_t off = 0;
+  auto section = [&](size_t& at, size_t bytes) {
+    at = off;
+    off += (bytes + 63) / 64 * 64;
+  };
+  section(m.off_ids, T * 4);
+  section(m.off_ple_ids, T * 4);
+  section(m.off_seq, T * 4);
+  section(m.off_logit_rows, T * 4);
+  section(m.off_image_rows, T * 4);
+  section(m.off_start_full, T * 4);
+  section(m.off_start_sliding, T * 4);
+  section(m.off_pos, T * 8);
+  section(m.off_key_end, T * 8);
+  section(m.off_first_sliding, T * 8);
+  section(m.off_tables_full, (size_t(kv_pool.total(AttentionKind::Full)) + T) * 4);
+  section(m.off_tables_sliding, (size_t(kv_pool.total(AttentionKind::Sliding)) + T) * 4);
+  m.inputs_bytes = off;
+  m.inputs = DeviceBuffer(off);
+  m.staging = PinnedBuffer(off);
+  m.image_rows = DeviceBuffer(T * D * 4);
+  m.image_staging = PinnedBuffer(T * D * 4);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+Decoder::~Decoder() {
+  if (impl_) cudaSetDevice(impl_->device);
+}
+
+const ModelSpec& Decoder::spec() const {
+  return impl_->spec;
+}
+int64_t Decoder::max_step_tokens() const {
+  return impl_->max_tokens;
+}
+KvPool& Decoder::kv_pool() {
+  return impl_->kv_pool;
+}
+const char* Decoder::device_name() const {
+  return impl_->name.c_str();
+}
+size_t Decoder::weight_bytes() const {
+  return impl_->weight_bytes;
+}
+size_t Decoder::streamed_bytes() const {
+  return impl_->streamed_bytes;
+}
+size_t Decoder::kv_bytes() const {
+  return impl_->kv_bytes;
+}
+void Decoder::set_graphs(bool on) {
+  impl_->graphs = on;
+}
+
+void Decoder::step(std::span<const SeqStep> batch) {
+  Impl& m = *impl_;
+  const ModelSpec& s = m.spec;
+  const int64_t D = s.hidden, V = s.vocab;
+  // Checks first (the CPU decoder's), so a bad step changes nothing.
+  const int64_t tokens = check_step(s, batch, m.max_tokens);
+  bool decode_only = true;
+  for (const SeqStep& q : batch)
+    if (q.n != 1 || q.embeds) decode_only = false;
+  if (batch.empty()) return;
+  CUDA_CHECK(cudaSetDevice(m.device));
+
+  // Decode steps replay a graph captured for a bucket of B >= tokens rows;
+  // the padding rows decode token 0 at position 0 into the padding blocks.
+  const bool graph = m.graphs && decode_only;
+  const int64_t T = graph ? bucket_for(tokens, m.max_tokens) : tokens;
+  int32_t* ids = m.host<int32_t>(m.off_ids);
+  int32_t* ple_ids = m.host<int32_t>(m.off_ple_ids);
+  int32_t* seq = m.host<int32_t>(m.off_seq);
+  int32_t* logit_rows = m.host<int32_t>(m.off_logit_rows);
+  int32_t* image_idx = m.host<int32_t>(m.off_image_rows);
+  int32_t* start_full = m.host<int32_t>(m.off_start_full);
+  int32_t* start_sliding = m.host<int32_t>(m.off_start_sliding);
+  int64_t* pos = m.host<int64_t>(m.off_pos);
+  int64_t* key_end = m.host<int64_t>(m.off_key_end);
+  int64_t* first_sliding = m.host<int64_t>(m.off_first_sliding);
+  int32_t* tables_full = m.host<int32_t>(m.off_tables_full);
+  int32_t* tables_sliding = m.host<int32_t>(m.off_tables_sliding);
+  float* images = m.image_staging.as<float>();
+  int64_t t = 0, R = 0, n_images = 0, n_full = 0, n_sliding = 0;
+  for (size_t si = 0; si < batch.size(); ++si) {
+    const SeqStep& q = batch[si];
+    const SequenceKv& kv = *q.kv;
+    start_full[si] = int32_t(n_full);
+    std::copy(kv.full.begin(), kv.full.end(), tables_full + n_full);
+    n_full += int64_t(kv.full.size());
+    start_sliding[si] = int32_t(n_sliding);
+    std::copy(kv.sliding.begin(), kv.sliding.end(), tables_sliding + n_sliding);
+    n_sliding += int64_t(kv.sliding.size());
+    first_sliding[si] = kv.sliding_first;
+    for (int64_t i = 0; i < q.n; ++i, ++t) {
+      const bool image = q.embeds && q.embeds[i];
+      ids[t] = q.ids[i];
+      int64_t pid = q.ids[i];
+      if (image && s.pad_id >= 0) pid = s.pad_id;  // as the CPU decoder
+      ple_ids[t] = int32_t(pid >= s.ple_vocab ? 0 : pid);
+      seq[t] = int32_t(si);
+      pos[t] = kv.length + i;
+      key_end[t] = q.key_end ? q.key_end[i] : kv.length + i + 1;
+      if (image) {
+        std::memcpy(images + n_images * D, q.embeds[i], size_t(D) * sizeof(float));
+        image_idx[n_images++] = int32_t(t);
+      }
+    }
+    if (q.logits && !graph) {
+      const int64_t first = q.all_logits ? t - q.n : t - 1;
+      for (int64_t r = first; r < t; ++r) logit_rows[R++] = int32_t(r);
+    }
+  }
+  if (graph) {  // padding rows, each its own sequence
+    for (int64_t r = t; r < T; ++r) {
+      ids[r] = 0;
+      ple_ids[r] = 0;
+      seq[r] = int32_t(r);
+      pos[r] = 0;
+      key_end[r] = 1;
+      start_full[r] = int32_t(n_full);
+      tables_full[n_full++] = m.scratch_block[int(AttentionKind::Full)];
+      start_sliding[r] = int32_t(n_sliding);
+      tables_sliding[n_sliding++] = m.scratch_block[int(AttentionKind::Sliding)];
+      first_sliding[r] = 0;
+    }
+    for (int64_t r = 0; r < T; ++r) logit_rows[r] = int32_t(r);
+    R = T;
+  }
+  // Upload: the fixed sections whole, the tables as far as used.
+  auto upload = [&](size_t from, size_t bytes) {
+    if (bytes)
+      CUDA_CHECK(cudaMemcpyAsync(m.inputs.as<uint8_t>() + from, m.staging.as<uint8_t>() + from,
+                                 bytes, cudaMemcpyHostToDevice, m.stream));
+  };
+  upload(0, m.off_tables_full + size_t(n_full) * 4);
+  upload(m.off_tables_sliding, size_t(n_sliding) * 4);
+  if (n_images > 0) {
+    CUDA_CHECK(cudaMemcpyAsync(m.image_rows.get(), images, size_t(n_images * D) * sizeof(float),
+                               cudaMemcpyHostToDevice, m.stream));
+  }
+  if (graph)
+    CUDA_CHECK(cudaGraphLaunch(m.decode_graph(T), m.stream));
+  else
+    m.forward(T, R, n_images);
+
+  // Logits: each sequence's rows are contiguous (sequences in order).
+  int64_t r = 0;
+  for (const SeqStep& q : batch) {
+    if (!q.logits) {
+      if (graph) ++r;
+      continue;
+    }
+    const int64_t rows = q.all_logits && !graph ? q.n : 1;
+    CUDA_CHECK(cudaMemcpyAsync(q.logits, m.logits.as<float>() + r * V,
+                               size_t(rows * V) * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+    r += rows;
+  }
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  for (const SeqStep& q : batch) q.kv->length += q.n;
+}
+
+}  // namespace tandem::cuda

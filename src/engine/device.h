@@ -1,0 +1,62 @@
+// Where the model runs: --device auto|cpu|cuda[:N], resolved once against
+// this build and machine, and the StepRunner for that device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace tandem {
+
+struct Model;
+class KvPool;
+class StepRunner;
+class ThreadPool;
+
+struct DeviceChoice {
+  bool cuda = false;
+  int index = 0;             // the CUDA device (cuda only)
+  std::string name() const;  // "cpu" or "cuda:N"
+};
+
+// --device as written: nullopt for "auto"; Error naming the flag and the
+// accepted values for anything but auto, cpu, cuda, cuda:N.
+std::optional<DeviceChoice> parse_device(const std::string& flag);
+
+// parse_device, checked against this build and machine. auto: cuda:0 when a
+// CUDA device is usable, else cpu with one line on stderr saying why. cuda or
+// cuda:N without the CUDA backend, without a usable device or with N out of
+// range: Error saying what to do.
+DeviceChoice resolve_device(const std::string& flag);
+
+// The CPU Decoder, or cuda::Decoder on `device` (whose KvPool must be
+// created without host storage: see kv_host_storage).
+std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const Model& model,
+                                             ThreadPool& pool, KvPool& kv_pool,
+                                             int64_t max_step_tokens);
+// Whether the KvPool of a runner on `device` holds the rows in host memory.
+inline bool kv_host_storage(const DeviceChoice& device) {
+  return !device.cuda;
+}
+
+// A CUDA device: its name, its memory now (cudaMemGetInfo) and its nominal
+// memory bandwidth. Error for the CPU or without the CUDA backend.
+struct GpuInfo {
+  std::string name;
+  size_t total_bytes = 0, free_bytes = 0;
+  double peak_bandwidth_gbs = 0;
+};
+GpuInfo gpu_info(const DeviceChoice& device);
+
+// Device memory set aside for activations, cuBLAS workspaces and CUDA graphs
+// when the KV cache is sized from --gpu-memory-fraction.
+constexpr size_t kGpuScratchBytes = size_t(512) << 20;
+
+// KV cache bytes for --gpu-memory-fraction f on a CUDA device:
+// f × total − (total − free) − the model's weights − kGpuScratchBytes.
+// Error when that leaves nothing.
+size_t kv_bytes_from_fraction(const DeviceChoice& device, const Model& model, double fraction);
+
+}  // namespace tandem
