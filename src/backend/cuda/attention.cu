@@ -41,6 +41,9 @@ __device__ __forceinline__ int64_t kv_offset(const StepLayout& at, int64_t t, in
 // are accumulated with each lane owning dims lane, lane + 32, ... . The
 // warps merge in shared memory; the result is final (splits == 1) or a
 // partial (m, l, unnormalized o) for attention_combine_kernel.
+// DPL: head dims per lane (head_dim ≤ 32 · DPL), a compile-time bound so the
+// value loop unrolls and keeps its loads in flight together.
+template <int DPL>
 __global__ void attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
                                  float* __restrict__ out) {
   const int64_t t = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
@@ -54,7 +57,6 @@ __global__ void attention_kernel(const float* __restrict__ q, StepLayout at, Pag
   const int64_t first = lo + split * chunk;
   const int64_t end = first + chunk < hi ? first + chunk : hi;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int dims = int((p.head_dim + 31) / 32);  // per lane: lane, lane + 32, ...
   const bool vec4 = p.head_dim % 4 == 0 && kv_dim % 4 == 0;
 
   __shared__ float qs[32 * kMaxDimsPerLane];
@@ -62,9 +64,9 @@ __global__ void attention_kernel(const float* __restrict__ q, StepLayout at, Pag
   for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) qs[d] = qh[d];
   __syncthreads();
 
-  float acc[kMaxDimsPerLane];
+  float acc[DPL];  // dims lane, lane + 32, ...
 #pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.f;
+  for (int i = 0; i < DPL; ++i) acc[i] = 0.f;
   float m = -FLT_MAX, l = 0.f;
   for (int64_t base = first + int64_t(warp) * 32; base < end; base += 32 * kWarps) {
     const int64_t j = base + lane;
@@ -75,6 +77,7 @@ __global__ void attention_kernel(const float* __restrict__ q, StepLayout at, Pag
       const float* k = p.k_base + off;
       float dot = 0.f;
       if (vec4) {
+#pragma unroll 4
         for (int64_t d = 0; d < p.head_dim; d += 4) {
           const float4 kv = *reinterpret_cast<const float4*>(k + d);
           dot += qs[d] * kv.x + qs[d + 1] * kv.y + qs[d + 2] * kv.z + qs[d + 3] * kv.w;
@@ -90,28 +93,30 @@ __global__ void attention_kernel(const float* __restrict__ q, StepLayout at, Pag
     const float correction = expf(m - m_new);
     l = l * correction + warp_sum(w);
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] *= correction;
-    const int keys = int(end - base < 32 ? end - base : 32);
-    for (int jj = 0; jj < keys; ++jj) {
+    for (int i = 0; i < DPL; ++i) acc[i] *= correction;
+      // All 32 keys of the tile, the missing ones weighted 0 at offset 0, so
+      // the loop has a fixed count and its loads overlap.
+#pragma unroll 8
+    for (int jj = 0; jj < 32; ++jj) {
       const float wj = __shfl_sync(0xffffffffu, w, jj);
       const float* v = p.v_base + __shfl_sync(0xffffffffu, off, jj);
 #pragma unroll
-      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      for (int i = 0; i < DPL; ++i) {
         const int64_t d = lane + 32 * i;
-        if (i < dims && d < p.head_dim) acc[i] += wj * v[d];
+        if (d < p.head_dim) acc[i] += wj * v[d];
       }
     }
     m = m_new;
   }
   // Merge the warps' partial softmaxes.
   __shared__ float sm[kWarps], sl[kWarps];
-  __shared__ float so[kWarps][kMaxDimsPerLane * 32];
+  __shared__ float so[kWarps][DPL * 32];
   if (lane == 0) {
     sm[warp] = m;
     sl[warp] = l;
   }
 #pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i) so[warp][lane + 32 * i] = acc[i];
+  for (int i = 0; i < DPL; ++i) so[warp][lane + 32 * i] = acc[i];
   __syncthreads();
   float gm = -FLT_MAX;
   for (int w = 0; w < kWarps; ++w)
@@ -273,7 +278,16 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
         (long long)p.head_dim, 32 * kMaxDimsPerLane, (long long)p.heads, (long long)p.kv_heads,
         p.splits);
   const dim3 grid(unsigned(n * p.heads), unsigned(p.splits));
-  attention_kernel<<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
+  if (p.head_dim <= 32)
+    attention_kernel<1><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
+  else if (p.head_dim <= 64)
+    attention_kernel<2><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
+  else if (p.head_dim <= 128)
+    attention_kernel<4><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
+  else if (p.head_dim <= 256)
+    attention_kernel<8><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
+  else
+    attention_kernel<16><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
   CUDA_CHECK(cudaGetLastError());
   if (p.splits == 1) return;
   attention_combine_kernel<<<unsigned(n * p.heads), 128, 0, stream>>>(p, out);
