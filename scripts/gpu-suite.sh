@@ -19,6 +19,9 @@ out=$2
 mode=${3:-full}
 mkdir -p "$out"
 export TANDEM_SOURCE_DIR="$(pwd)"
+# Shared libraries carried beside a build made on another machine (the GPU
+# machine's image lacks cpp-httplib, libcurl, stb...): BUILD_DIR/libs.
+[ -d "$build/libs" ] && export LD_LIBRARY_PATH="$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1

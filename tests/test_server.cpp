@@ -4,8 +4,10 @@
 // CORS.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "server/auth.h"
 #include "test_server_util.h"
@@ -298,15 +300,29 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
   EXPECT_TRUE(r.body["last_error"].is_null());
   EXPECT_TRUE(r.body["requests"].is_array());
 
-  r = http_get(srv.port(), "/metrics");
+  const std::vector<std::string> lines = {
+      "tandem_requests_processed_total 1",
+      "tandem_generation_tokens_total 3",
+      "tandem_http_responses_total{route=\"/v1/completions\",status=\"200\"} 1",
+      "tandem_generations_finished_total{reason=\"length\"} 1",
+      "tandem_ready 1",
+      "tandem_time_to_first_token_seconds_count 1",
+      "# TYPE tandem_request_duration_seconds histogram"};
+  // An HTTP response is counted once it has been written (the server's
+  // logger), which can be just after the client has read it: poll briefly.
+  auto all_present = [&] {
+    for (const std::string& line : lines)
+      if (r.raw.find(line) == std::string::npos) return false;
+    return true;
+  };
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    r = http_get(srv.port(), "/metrics");
+    if (r.status != 200 || all_present()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.headers.find("Content-Type")->second.rfind("text/plain", 0), 0u);
-  for (const char* line :
-       {"tandem_requests_processed_total 1", "tandem_generation_tokens_total 3",
-        "tandem_http_responses_total{route=\"/v1/completions\",status=\"200\"} 1",
-        "tandem_generations_finished_total{reason=\"length\"} 1", "tandem_ready 1",
-        "tandem_time_to_first_token_seconds_count 1",
-        "# TYPE tandem_request_duration_seconds histogram"})
+  for (const std::string& line : lines)
     EXPECT_NE(r.raw.find(line), std::string::npos) << line << "\n" << r.raw;
 }
 

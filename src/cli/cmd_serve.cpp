@@ -313,11 +313,11 @@ Runner add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-memory", o->kv_memory,
                   "KV cache size, e.g. 512M or 2G (default: enough for --max-concurrent full "
-                  "contexts, at most 2G, or from --gpu-memory-fraction)");
+                  "contexts, at most 2G on the CPU or what --gpu-memory-fraction leaves)");
   cmd->add_option("--gpu-memory-fraction", o->gpu_memory_fraction,
-                  "CUDA only, without --kv-memory: the share of the GPU's memory tandem may use; "
-                  "the KV cache gets what the weights, other processes and 512 MiB of scratch "
-                  "leave of it");
+                  "CUDA only, without --kv-memory: the share of the GPU's memory tandem may use "
+                  "(default 0.9); the KV cache gets what the weights, other processes and 512 "
+                  "MiB of scratch leave of it");
   cmd->add_option("--max-context", o->max_context,
                   "Tokens per sequence, prompt included (default: the model's, at most 32768)");
   cmd->add_option("--timeout", o->timeout_s,

@@ -14,18 +14,35 @@
 
 namespace tandem {
 
-#if !TANDEM_HAVE_CUDA
 namespace {
 
+#if TANDEM_HAVE_CUDA
+// Error, saying what to do, unless CUDA device `index` is usable here
+// (`flag`: the --device value, for the message).
+void check_usable(const std::string& flag, int index) {
+  std::string why;
+  const int n = cuda::device_count(&why);
+  if (n == 0)
+    fail(
+        "--device %s: no usable CUDA device (%s); check the NVIDIA driver (nvidia-smi), or use "
+        "--device cpu",
+        flag.c_str(), why.c_str());
+  if (index >= n)
+    fail(
+        "--device %s: this machine has %d CUDA device%s (cuda:0 to cuda:%d); pick one of them, or "
+        "use --device cpu",
+        flag.c_str(), n, n == 1 ? "" : "s", n - 1);
+}
+#else
 [[noreturn]] void no_cuda_backend(const std::string& flag) {
   fail(
       "--device %s: this tandem was built without the CUDA backend; use --device cpu, or rebuild "
       "with -DTANDEM_CUDA=ON on a machine with the CUDA toolkit",
       flag.c_str());
 }
+#endif
 
 }  // namespace
-#endif
 
 std::string DeviceChoice::name() const {
   return cuda ? "cuda:" + std::to_string(index) : "cpu";
@@ -47,24 +64,14 @@ DeviceChoice resolve_device(const std::string& flag) {
   const std::optional<DeviceChoice> parsed = parse_device(flag);
   if (parsed && !parsed->cuda) return *parsed;
 #if TANDEM_HAVE_CUDA
-  std::string why;
-  const int n = cuda::device_count(&why);
   if (!parsed) {
-    if (n > 0) return DeviceChoice{.cuda = true, .index = 0};
+    std::string why;
+    if (cuda::device_count(&why) > 0) return DeviceChoice{.cuda = true, .index = 0};
     std::fprintf(stderr, "tandem: --device auto: no usable CUDA device (%s), running on the CPU\n",
                  why.c_str());
     return DeviceChoice{};
   }
-  if (n == 0)
-    fail(
-        "--device %s: no usable CUDA device (%s); check the NVIDIA driver (nvidia-smi), or use "
-        "--device cpu",
-        flag.c_str(), why.c_str());
-  if (parsed->index >= n)
-    fail(
-        "--device %s: this machine has %d CUDA device%s (cuda:0 to cuda:%d); pick one of them, or "
-        "use --device cpu",
-        flag.c_str(), n, n == 1 ? "" : "s", n - 1);
+  check_usable(flag, parsed->index);
   return *parsed;
 #else
   if (!parsed) {
@@ -81,6 +88,7 @@ std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const M
                                              int64_t max_step_tokens) {
   if (!device.cuda) return std::make_unique<Decoder>(model, pool, kv_pool, max_step_tokens);
 #if TANDEM_HAVE_CUDA
+  check_usable(device.name(), device.index);
   return std::make_unique<cuda::Decoder>(model, kv_pool, max_step_tokens, device.index);
 #else
   no_cuda_backend(device.name());
@@ -90,6 +98,7 @@ std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const M
 GpuInfo gpu_info(const DeviceChoice& device) {
   if (!device.cuda) fail("gpu_info: %s is not a CUDA device", device.name().c_str());
 #if TANDEM_HAVE_CUDA
+  check_usable(device.name(), device.index);
   const cuda::DeviceInfo info = cuda::device_info(device.index);
   return {info.name, info.total_bytes, info.free_bytes, info.peak_bandwidth_gbs};
 #else

@@ -27,6 +27,7 @@ double now_s() {
 }
 
 constexpr size_t kDefaultKvBytes = size_t(2) << 30;
+constexpr double kDefaultGpuMemoryFraction = 0.9;
 constexpr int64_t kDefaultContextCap = 32768;
 
 }  // namespace
@@ -183,14 +184,20 @@ struct Engine::Impl {
     const size_t sliding_bytes =
         size_t(sliding_blocks) * KvPool::block_bytes(spec, AttentionKind::Sliding);
     size_t budget = config.kv_memory;
-    const bool from_fraction = budget == 0 && config.device.cuda && config.gpu_memory_fraction > 0;
-    if (from_fraction)
-      budget = kv_bytes_from_fraction(config.device, m, config.gpu_memory_fraction);
     const int64_t ctx_blocks = (ctx + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
     const size_t full_block = KvPool::block_bytes(spec, AttentionKind::Full);
-    if (budget == 0)
-      budget = std::min(kDefaultKvBytes,
-                        sliding_bytes + size_t(config.max_concurrent * ctx_blocks) * full_block);
+    // What every running request at full context needs: more is never used.
+    const size_t wanted = sliding_bytes + size_t(config.max_concurrent * ctx_blocks) * full_block;
+    // On a GPU the cache takes what the memory fraction leaves (default
+    // kDefaultGpuMemoryFraction), up to `wanted`; on the CPU, `wanted` up to
+    // kDefaultKvBytes. --kv-memory overrides both.
+    const bool from_fraction = budget == 0 && config.device.cuda;
+    if (from_fraction) {
+      const double fraction =
+          config.gpu_memory_fraction > 0 ? config.gpu_memory_fraction : kDefaultGpuMemoryFraction;
+      budget = std::min(wanted, kv_bytes_from_fraction(config.device, m, fraction));
+    }
+    if (budget == 0) budget = std::min(kDefaultKvBytes, wanted);
     int64_t full_blocks = 0;
     if (has_full) {
       // What the budget came from, for the messages below.

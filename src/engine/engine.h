@@ -130,7 +130,8 @@ struct EngineConfig {
   int64_t max_context = 0;  // positions per sequence (0 = model max, capped at 32768)
   size_t kv_memory = 0;     // KV cache bytes (0 = enough for max_concurrent x 4096 tokens, capped)
   // CUDA only, when kv_memory is 0: the KV cache takes what is left of this
-  // fraction of the device's memory (kv_bytes_from_fraction). 0: unset.
+  // fraction of the device's memory (kv_bytes_from_fraction), up to what
+  // max_concurrent full contexts need. 0: the default, 0.9.
   double gpu_memory_fraction = 0;
   int64_t step_token_budget = 256;  // tokens per step (decode tokens + prefill chunks)
   double default_timeout_s = 600;   // per-request deadline unless the request sets one

@@ -240,6 +240,7 @@ struct Decoder::Impl {
 
   // Activations for max_tokens tokens.
   DeviceBuffer h, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, logits, partial;
+  DeviceBuffer halves;  // [2, max_tokens, widest non-head projection] f32: the hi/lo GEMM output
 
   // The step's inputs: one pinned staging area, uploaded into `inputs`.
   // Offsets in bytes; the tables sections have room for every block of the
@@ -301,15 +302,26 @@ struct Decoder::Impl {
       // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W
       // read as the transpose of its column-major [cols, rows] view.
       if (w.dtype == DType::BF16) {
+        // hi and lo back to back are one [2n, cols] operand: one GEMM reads
+        // the weights once, then the two halves of its output are summed.
+        // (A head over more rows than the scratch holds takes two GEMMs.)
         uint16_t* hi = xb.as<uint16_t>();
         uint16_t* lo = hi + n * w.cols;
         split_bf16(xin, n * w.cols, hi, lo, stream);
-        for (int part = 0; part < 2; ++part)
-          CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n),
-                                    int(w.cols), &one, w.buf.get(), CUDA_R_16BF, int(w.cols),
-                                    part == 0 ? hi : lo, CUDA_R_16BF, int(w.cols),
-                                    part == 0 ? &zero : &one, y, CUDA_R_32F, int(w.rows),
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        if (size_t(2 * n * w.rows) * sizeof(float) <= halves.bytes()) {
+          CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(2 * n),
+                                    int(w.cols), &one, w.buf.get(), CUDA_R_16BF, int(w.cols), hi,
+                                    CUDA_R_16BF, int(w.cols), &zero, halves.get(), CUDA_R_32F,
+                                    int(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+          add_halves(halves.as<float>(), n * w.rows, y, stream);
+        } else {
+          for (int part = 0; part < 2; ++part)
+            CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n),
+                                      int(w.cols), &one, w.buf.get(), CUDA_R_16BF, int(w.cols),
+                                      part == 0 ? hi : lo, CUDA_R_16BF, int(w.cols),
+                                      part == 0 ? &zero : &one, y, CUDA_R_32F, int(w.rows),
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
       } else {
         CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n), int(w.cols),
                                  &one, w.buf.as<float>(), int(w.cols), xin, int(w.cols), &zero, y,
@@ -622,6 +634,9 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     max_cols = std::max<int64_t>(max_cols, s.ple_dim);
   }
   m.xb = DeviceBuffer(2 * T * size_t(max_cols) * 2);  // hi and lo parts
+  int64_t max_rows = std::max<int64_t>(s.hidden, 2 * max_f);
+  max_rows = std::max({max_rows, max_qkv, LP > 0 ? int64_t(LP) : int64_t(0)});
+  m.halves = DeviceBuffer(2 * T * size_t(max_rows) * 4);
   m.logits = DeviceBuffer(T * V * 4);
   m.partial = DeviceBuffer(size_t(4 * m.multiprocessors + s.heads) * size_t(max_dh + 2) * 4);
 

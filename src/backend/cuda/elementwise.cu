@@ -165,6 +165,13 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restr
     xr[i] = hr[i] * r2 * (next_w ? next_w[i] : 1.f);
 }
 
+__global__ void add_halves_kernel(const float* __restrict__ src, int64_t half,
+                                  float* __restrict__ dst) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < half;
+       i += int64_t(gridDim.x) * kThreads)
+    dst[i] = src[i] + src[half + i];
+}
+
 template <int Act>
 __global__ void gated_halves_kernel(const float* __restrict__ gu, int64_t F,
                                     float* __restrict__ out) {
@@ -305,6 +312,12 @@ void silu_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStre
 void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream) {
   if (n <= 0) return;
   gated_halves_kernel<1><<<unsigned(n), kThreads, 0, stream>>>(gu, F, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_halves(const float* src, int64_t half, float* dst, cudaStream_t stream) {
+  if (half <= 0) return;
+  add_halves_kernel<<<blocks_for(half), kThreads, 0, stream>>>(src, half, dst);
   CUDA_CHECK(cudaGetLastError());
 }
 

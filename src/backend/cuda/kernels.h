@@ -58,6 +58,9 @@ void gelu_tanh_mul_strided(float* gate, const float* up, int64_t up_stride, int6
                            int64_t dim, cudaStream_t stream);
 void silu_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows, int64_t dim,
                       cudaStream_t stream);
+// dst[i] = src[i] + src[half + i], i < half: the two halves of a GEMM over
+// stacked hi/lo operands.
+void add_halves(const float* src, int64_t half, float* dst, cudaStream_t stream);
 // Splits f32 values into two bf16 parts for tensor-core GEMMs that keep f32
 // accuracy: hi[i] = bf16(src[i]), lo[i] = bf16(src[i] - hi[i]) (round to
 // nearest even), so hi + lo carries 16 significant bits.
