@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 
 #include "core/dtype.h"
@@ -121,7 +122,61 @@ void q6_k(const float* x, std::vector<uint8_t>& out) {
 }
 
 std::string gguf_arch(const std::string& arch) {
-  return arch == "gemma3_text" ? "gemma3" : arch;
+  if (arch == "gemma3_text") return "gemma3";
+  if (arch == "gemma4_text") return "gemma4";
+  if (arch == "ministral3") return "mistral3";
+  return arch;
+}
+
+// The metadata llama.cpp's converter (Gemma4Model over Gemma3Model) writes for
+// Gemma 4: per-kind head dims and rotary dims, per-layer kv heads and MLP
+// widths as arrays where they vary, KV sharing, the per-layer embedding width.
+void gemma4_metadata(GgufWriter& g, const std::string& a, const ModelSpec& s) {
+  int64_t full = -1, swa = -1;
+  std::vector<bool> pattern;
+  std::vector<int32_t> kv, ff;
+  int64_t shared = 0;
+  for (int64_t i = 0; i < s.layers; ++i) {
+    const LayerSpec& l = s.layer[size_t(i)];
+    const bool sliding = l.kind == AttentionKind::Sliding;
+    pattern.push_back(sliding);
+    (sliding ? swa : full) = l.head_dim;
+    kv.push_back(int32_t(l.kv_heads));
+    ff.push_back(int32_t(l.intermediate));
+    if (l.kv_source != i) ++shared;
+  }
+  g.u32(a + ".attention.key_length", uint32_t(full));
+  g.u32(a + ".attention.value_length", uint32_t(full));
+  g.u32(a + ".attention.key_length_swa", uint32_t(swa));
+  g.u32(a + ".attention.value_length_swa", uint32_t(swa));
+  if (std::adjacent_find(ff.begin(), ff.end(), std::not_equal_to<>()) != ff.end())
+    g.i32_array(a + ".feed_forward_length", ff);
+  else
+    g.u32(a + ".feed_forward_length", uint32_t(ff[0]));
+  if (std::adjacent_find(kv.begin(), kv.end(), std::not_equal_to<>()) != kv.end())
+    g.i32_array(a + ".attention.head_count_kv", kv);
+  else
+    g.u32(a + ".attention.head_count_kv", uint32_t(kv[0]));
+  g.f32(a + ".rope.freq_base_swa", float(s.rope_sliding.theta));
+  g.u32(a + ".rope.dimension_count", uint32_t(full));  // proportional: rope_freqs
+  g.u32(a + ".rope.dimension_count_swa",
+        uint32_t(double(swa) * s.rope_sliding.partial_rotary_factor));
+  g.u32(a + ".attention.sliding_window", uint32_t(s.sliding_window));
+  g.bool_array(a + ".attention.sliding_window_pattern", pattern);
+  g.u32(a + ".attention.shared_kv_layers", uint32_t(shared));
+  g.u32(a + ".embedding_length_per_layer_input", uint32_t(s.ple_dim));
+}
+
+// Gemma 4's full-layer `rope_freqs`: divisor 1 for the rotating frequencies,
+// 1e30 for the unrotated ones (the converter's generate_extra_tensors).
+std::vector<float> proportional_factors(const ModelSpec& s) {
+  int64_t full = 0;
+  for (const LayerSpec& l : s.layer)
+    if (l.kind == AttentionKind::Full) full = l.head_dim;
+  const int64_t rotating = int64_t(double(full) * s.rope_full.partial_rotary_factor / 2);
+  std::vector<float> f(size_t(full / 2), 1e30f);
+  std::fill_n(f.begin(), rotating, 1.0f);
+  return f;
 }
 
 // llama.cpp's `permute` for the llama architecture: within each head, HF row
@@ -163,6 +218,7 @@ std::vector<float> llama3_factors(const RopeSpec& r, int64_t dim) {
 }  // namespace
 
 void GgufWriter::raw(const std::string& key, uint32_t type, const std::vector<uint8_t>& value) {
+  if (key == skip_key) return;
   std::vector<uint8_t> b;
   put<uint32_t>(b, type);
   b.insert(b.end(), value.begin(), value.end());
@@ -318,24 +374,42 @@ void write_model_gguf(const Model& m, const std::string& path, GgmlType type, Gg
   const ModelSpec& s = m.spec;
   const Weights& w = m.weights;
   const std::string a = gguf_arch(s.arch);
+  const bool gemma4 = s.arch == "gemma4_text";
   GgufWriter g;
+  g.skip_key = skip;
   g.str("general.architecture", a);
   g.u32("general.alignment", 32);
   g.u32(a + ".block_count", uint32_t(s.layers));
   g.u32(a + ".context_length", uint32_t(s.max_position));
   g.u32(a + ".embedding_length", uint32_t(s.hidden));
-  g.u32(a + ".feed_forward_length", uint32_t(s.intermediate));
   g.u32(a + ".attention.head_count", uint32_t(s.heads));
-  g.u32(a + ".attention.head_count_kv", uint32_t(s.kv_heads));
-  g.u32(a + ".attention.key_length", uint32_t(s.head_dim));
-  g.u32(a + ".attention.value_length", uint32_t(s.head_dim));
   g.f32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps);
   g.f32(a + ".rope.freq_base", float(s.rope_full.theta));
-  g.u32(a + ".rope.dimension_count", uint32_t(s.head_dim));
+  if (gemma4) {
+    gemma4_metadata(g, a, s);
+  } else {
+    g.u32(a + ".feed_forward_length", uint32_t(s.intermediate));
+    g.u32(a + ".attention.head_count_kv", uint32_t(s.kv_heads));
+    g.u32(a + ".attention.key_length", uint32_t(s.head_dim));
+    g.u32(a + ".attention.value_length", uint32_t(s.head_dim));
+    g.u32(a + ".rope.dimension_count", uint32_t(s.head_dim));
+  }
   if (s.rope_full.type == RopeType::Linear) {
     g.str(a + ".rope.scaling.type", "linear");
     g.f32(a + ".rope.scaling.factor", float(s.rope_full.factor));
   }
+  if (s.rope_full.type == RopeType::Yarn) {
+    g.str(a + ".rope.scaling.type", "yarn");
+    g.f32(a + ".rope.scaling.factor", float(s.rope_full.factor));
+    g.u32(a + ".rope.scaling.original_context_length", uint32_t(s.rope_full.original_max_position));
+    g.f32(a + ".rope.scaling.yarn_beta_fast", float(s.rope_full.beta_fast));
+    g.f32(a + ".rope.scaling.yarn_beta_slow", float(s.rope_full.beta_slow));
+    // mscale_all_dim; the spec keeps only the attention factor it gives (1
+    // for the Ministral 3 fixture, mscale = mscale_all_dim = 1).
+    g.f32(a + ".rope.scaling.yarn_log_multiplier", 1.0f);
+  }
+  if (s.query_temperature_beta != 0)
+    g.f32(a + ".attention.temperature_scale", s.query_temperature_beta);
   if (s.arch == "gemma3_text") {
     g.u32(a + ".attention.sliding_window", uint32_t(s.sliding_window));
     g.f32(a + ".rope.freq_base_swa", float(s.rope_sliding.theta));
@@ -355,7 +429,7 @@ void write_model_gguf(const Model& m, const std::string& path, GgmlType type, Gg
              encode_rows(GgmlType::F32, v.data(), 1, int64_t(v.size())));
   };
   auto mat = [&](const std::string& name, const WeightMatrix& x, GgmlType t, int64_t permute) {
-    if (name == skip) return;
+    if (name == skip || x.rows == 0) return;  // rows 0: none (KV-shared layers' k/v)
     std::vector<float> v = matrix_values(x);
     if (permute) v = permute_rows(v, x.rows, x.cols, permute);
     if (x.cols % ggml_block_values(t) != 0) t = GgmlType::F32;
@@ -364,7 +438,13 @@ void write_model_gguf(const Model& m, const std::string& path, GgmlType type, Gg
   mat("token_embd.weight", w.embed, type, 0);
   if (s.rope_full.type == RopeType::Llama3)
     vec("rope_freqs.weight", llama3_factors(s.rope_full, s.head_dim));
-  const int64_t permute = s.arch == "llama" ? s.head_dim : 0;
+  if (s.rope_full.type == RopeType::Proportional) vec("rope_freqs.weight", proportional_factors(s));
+  if (s.ple_dim > 0) {
+    mat("per_layer_token_embd.weight", w.ple_embed, type, 0);
+    mat("per_layer_model_proj.weight", w.ple_model_proj, type, 0);
+    vec("per_layer_proj_norm.weight", w.ple_proj_norm);
+  }
+  const int64_t permute = s.arch == "llama" || s.arch == "ministral3" ? s.head_dim : 0;
   for (int64_t i = 0; i < s.layers; ++i) {
     const LayerWeights& l = w.layers[size_t(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
@@ -379,16 +459,20 @@ void write_model_gguf(const Model& m, const std::string& path, GgmlType type, Gg
       vec(p + "attn_v.bias", l.v_bias);
     }
     if (!l.o_bias.empty()) vec(p + "attn_output.bias", l.o_bias);
-    if (!l.q_norm.empty()) {
-      vec(p + "attn_q_norm.weight", l.q_norm);
-      vec(p + "attn_k_norm.weight", l.k_norm);
-    }
+    if (!l.q_norm.empty()) vec(p + "attn_q_norm.weight", l.q_norm);
+    if (!l.k_norm.empty()) vec(p + "attn_k_norm.weight", l.k_norm);
     vec(p + "ffn_norm.weight", l.mlp_in_norm);
     if (!l.attn_out_norm.empty()) vec(p + "post_attention_norm.weight", l.attn_out_norm);
     if (!l.mlp_out_norm.empty()) vec(p + "post_ffw_norm.weight", l.mlp_out_norm);
     mat(p + "ffn_gate.weight", l.gate, type, 0);
     mat(p + "ffn_up.weight", l.up, type, 0);
     mat(p + "ffn_down.weight", l.down, type, 0);
+    if (s.ple_dim > 0) {
+      mat(p + "inp_gate.weight", l.ple_gate, type, 0);
+      mat(p + "proj.weight", l.ple_proj, type, 0);
+      vec(p + "post_norm.weight", l.ple_out_norm);
+    }
+    if (s.layer_scalars) vec(p + "layer_output_scale.weight", {l.scalar});
   }
   vec("output_norm.weight", w.final_norm);
   if (!s.tied_embeddings) mat("output.weight", w.head, head_type, 0);

@@ -1,8 +1,8 @@
 // Test helpers: a small GGUF v3 writer, reference block encoders (any valid
 // encoding: the tests compare against the dequantized values), and the
 // writing of a loaded tandem Model as a GGUF checkpoint with llama.cpp's
-// names and conventions (llama Q/K permutation, Gemma 1+w norms, Llama 3
-// rope_freqs).
+// names and conventions (llama / mistral3 Q/K permutation, Gemma 3 1+w norms,
+// Llama 3 rope_freqs, Gemma 4's per-kind metadata and proportional rope_freqs).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,7 @@ class GgufWriter {
 
   uint32_t version = 3;
   uint64_t alignment = 32;
+  std::string skip_key;  // a metadata key left out (malformed-model tests)
 
  private:
   struct Tensor {
@@ -64,7 +65,7 @@ std::vector<float> matrix_values(const WeightMatrix& w);
 // layout: every matrix whose row length the block divides as `type` (F32 or
 // BF16 keep the values exactly; block types quantize), the others and all
 // vectors F32. `head_type` overrides the type of `output.weight` (untied).
-// The tensor named `skip` is left out (malformed-model tests). `tokens`,
+// The tensor or metadata key named `skip` is left out (malformed-model tests). `tokens`,
 // when given, is written as tokenizer.ggml.tokens (the vocabulary's strings).
 void write_model_gguf(const Model& m, const std::string& path, GgmlType type, GgmlType head_type,
                       const std::string& skip = "", const std::vector<std::string>& tokens = {});

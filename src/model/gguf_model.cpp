@@ -15,7 +15,33 @@ using json = nlohmann::json;
 
 namespace {
 
-const char* const kArchs[] = {"llama", "qwen2", "qwen3", "gemma3"};
+const char* const kArchs[] = {"llama", "qwen2", "qwen3", "gemma3", "gemma4", "mistral3"};
+
+// config.json's model_type of a GGUF architecture.
+std::string model_type_of(const std::string& arch) {
+  if (arch == "gemma3") return "gemma3_text";
+  if (arch == "gemma4") return "gemma4_text";
+  if (arch == "mistral3") return "ministral3";
+  return arch;
+}
+
+// `key` as one integer per layer: llama.cpp writes per-layer values either as
+// one integer or as an array of one per layer. Absent: `fallback` for every
+// layer, or an Error naming the key when fallback < 0.
+std::vector<int64_t> per_layer_ints(const GgufFile& f, const std::string& key, int64_t layers,
+                                    int64_t fallback) {
+  const GgufValue* v = f.find(key);
+  if (!v && fallback < 0) fail("%s: missing metadata \"%s\"", f.path().c_str(), key.c_str());
+  if (!v || !v->is_array())
+    return std::vector<int64_t>(size_t(layers), v ? f.get_int(key, 0) : fallback);
+  const auto& a = v->as_array();
+  if (int64_t(a.size()) != layers)
+    fail("%s: metadata \"%s\" has %zu entries for %lld layers", f.path().c_str(), key.c_str(),
+         a.size(), (long long)layers);
+  std::vector<int64_t> out;
+  for (const GgufValue& x : a) out.push_back(x.as_int());
+  return out;
+}
 
 std::string dims_str(const std::vector<int64_t>& d) {
   std::string s = "[";
@@ -46,6 +72,128 @@ json gemma_layer_types(const GgufFile& f, const std::string& p, int64_t layers) 
   return types;
 }
 
+// Gemma 4 (llama.cpp's `gemma4`): sliding layers have head dim
+// attention.key_length_swa, full ones attention.key_length; kv heads and MLP
+// widths may be per-layer arrays (the MLP doubled on KV-shared layers:
+// use_double_wide_mlp); full layers' proportional RoPE is a `rope_freqs`
+// tensor of 1 (rotating) and 1e30 (unrotated) divisors.
+void gemma4_config(const GgufFile& f, const std::string& p, int64_t layers, json& c) {
+  const char* path = f.path().c_str();
+  if (!f.find(p + "attention.sliding_window_pattern"))
+    fail("%s: missing metadata \"%sattention.sliding_window_pattern\"", path, p.c_str());
+  const json types = gemma_layer_types(f, p, layers);
+  c["layer_types"] = types;
+  const int64_t swa_dim = f.require_int(p + "attention.key_length_swa");
+  if (f.get_int(p + "attention.value_length_swa", swa_dim) != swa_dim)
+    fail("%s: %sattention.key_length_swa and value_length_swa differ (not supported)", path,
+         p.c_str());
+  const int64_t full_dim = f.require_int(p + "attention.key_length");
+  c["head_dim"] = swa_dim;
+  const int64_t shared = f.get_int(p + "attention.shared_kv_layers", 0);
+  c["num_kv_shared_layers"] = shared;
+  const std::vector<int64_t> kv = per_layer_ints(f, p + "attention.head_count_kv", layers,
+                                                 c["num_attention_heads"].get<int64_t>());
+  const std::vector<int64_t> ff = per_layer_ints(f, p + "feed_forward_length", layers, -1);
+  int64_t first_sliding = 0, first_full = -1;
+  for (int64_t i = layers - 1; i >= 0; --i)
+    (types[size_t(i)] == "sliding_attention" ? first_sliding : first_full) = i;
+  c["num_key_value_heads"] = kv[size_t(first_sliding)];
+  c["intermediate_size"] = ff[0];
+  bool double_wide = false;
+  for (int64_t i = 0; i < layers; ++i) {
+    const bool doubled = i >= layers - shared && ff[size_t(i)] == 2 * ff[0];
+    if (ff[size_t(i)] != ff[0] && !doubled)
+      fail(
+          "%s: %sfeed_forward_length[%lld] = %lld: per-layer widths other than Gemma 4's "
+          "double-wide MLP on KV-shared layers are not supported",
+          path, p.c_str(), (long long)i, (long long)ff[size_t(i)]);
+    double_wide |= doubled;
+  }
+  if (double_wide)
+    for (int64_t i = layers - shared; i < layers; ++i)
+      if (ff[size_t(i)] != 2 * ff[0])
+        fail("%s: %sfeed_forward_length: KV-shared layer %lld is not double-wide", path, p.c_str(),
+             (long long)i);
+  c["use_double_wide_mlp"] = double_wide;
+  json plc = json::object();
+  for (int64_t i = 0; i < layers; ++i) {
+    json o = json::object();
+    if (types[size_t(i)] == "full_attention") o["head_dim"] = full_dim;
+    if (kv[size_t(i)] != kv[size_t(first_sliding)]) o["num_key_value_heads"] = kv[size_t(i)];
+    if (!o.empty()) plc[std::to_string(i)] = o;
+  }
+  c["per_layer_config"] = plc;
+  // attention_k_eq_v: full layers whose values are the keys have no attn_v.
+  const std::string full = "blk." + std::to_string(first_full) + ".";
+  c["attention_k_eq_v"] = first_full >= 0 && first_full < layers - shared &&
+                          f.tensor(full + "attn_v.weight") == nullptr;
+  const int64_t ple = f.require_int(p + "embedding_length_per_layer_input");
+  c["hidden_size_per_layer_input"] = ple;
+  if (const GgufTensor* t = f.tensor("per_layer_token_embd.weight"); ple > 0 && t)
+    c["vocab_size_per_layer_input"] = t->dims.size() == 2 ? t->dims[1] : 0;
+  c["sliding_window"] = f.require_int(p + "attention.sliding_window");
+
+  json rope_full = {{"rope_type", "default"},
+                    {"rope_theta", f.get_number(p + "rope.freq_base", 1000000.0)}};
+  const int64_t rot_full = f.get_int(p + "rope.dimension_count", full_dim);
+  if (const GgufTensor* t = f.tensor("rope_freqs.weight")) {
+    if (t->dims != std::vector<int64_t>{full_dim / 2})
+      fail("%s: tensor \"rope_freqs.weight\": expected dims [%lld], found %s", path,
+           (long long)(full_dim / 2), dims_str(t->dims).c_str());
+    std::vector<float> d(size_t(full_dim / 2));
+    gguf_dequantize(t->type, f.data(*t), full_dim / 2, d.data());
+    int64_t rotating = 0;
+    while (rotating < int64_t(d.size()) && d[size_t(rotating)] == 1.0f) ++rotating;
+    for (size_t k = size_t(rotating); k < d.size(); ++k)
+      if (!(d[k] >= 1e20f))
+        fail(
+            "%s: tensor \"rope_freqs.weight\": Gemma 4 divisors must be 1 then unrotated (1e30), "
+            "found %g at %zu",
+            path, double(d[k]), k);
+    double factor = double(rotating) / double(full_dim / 2);
+    while (int64_t(factor * double(full_dim) / 2.0) < rotating)
+      factor = std::nextafter(factor, 1.0);
+    rope_full["rope_type"] = "proportional";
+    rope_full["partial_rotary_factor"] = factor;
+  } else {
+    rope_full["partial_rotary_factor"] = double(rot_full) / double(full_dim);
+  }
+  const int64_t rot_swa = f.get_int(p + "rope.dimension_count_swa", swa_dim);
+  json rope_swa = {{"rope_type", "default"},
+                   {"rope_theta", f.get_number(p + "rope.freq_base_swa", 10000.0)},
+                   {"partial_rotary_factor", double(rot_swa) / double(swa_dim)}};
+  c["rope_parameters"] = {{"full_attention", rope_full}, {"sliding_attention", rope_swa}};
+}
+
+// Ministral 3 (llama.cpp's `mistral3`): YaRN from rope.scaling.*, the Llama 4
+// query temperature beta from attention.temperature_scale over
+// rope.scaling.original_context_length. llama.cpp's mistral3 graph cancels
+// ggml's YaRN magnitude scaling, so cos/sin are unscaled (attention_factor 1,
+// what transformers computes when mscale == mscale_all_dim, as Ministral 3 ships).
+void mistral3_config(const GgufFile& f, const std::string& p, json& c) {
+  const bool yarn = f.get_string(p + "rope.scaling.type", "none") == "yarn";
+  const bool temperature = f.find(p + "attention.temperature_scale") != nullptr;
+  if (!yarn) {
+    if (temperature)
+      fail(
+          "%s: %sattention.temperature_scale needs YaRN rope scaling "
+          "(%srope.scaling.original_context_length)",
+          f.path().c_str(), p.c_str(), p.c_str());
+    return;
+  }
+  json rp = {{"rope_type", "yarn"},
+             {"rope_theta", c["rope_theta"]},
+             {"factor", f.get_number(p + "rope.scaling.factor", 1.0)},
+             {"original_max_position_embeddings",
+              f.require_int(p + "rope.scaling.original_context_length")},
+             {"beta_fast", f.get_number(p + "rope.scaling.yarn_beta_fast", 32.0)},
+             {"beta_slow", f.get_number(p + "rope.scaling.yarn_beta_slow", 1.0)},
+             {"attention_factor", 1.0}};
+  if (temperature) rp["llama_4_scaling_beta"] = f.get_number(p + "attention.temperature_scale", 0);
+  c.erase("rope_scaling");
+  c["rope_parameters"] = rp;
+}
+
 // HF row r of a head-permuted projection reads GGUF row src_row(r): llama.cpp
 // stores each head's rows [2, Dh/2] swapped to [Dh/2, 2] (interleaved RoPE).
 int64_t src_row(int64_t r, int64_t head_dim) {
@@ -56,6 +204,8 @@ int64_t src_row(int64_t r, int64_t head_dim) {
 class GgufWeights {
  public:
   GgufWeights(const GgufFile& f, const LoadOptions& o, Model& m) : f_(f), o_(o), m_(m) {}
+
+  bool has(const std::string& name) const { return f_.tensor(name) != nullptr; }
 
   // The tensor with ggml dims `dims` (innermost first).
   const GgufTensor& require(const std::string& name, const std::vector<int64_t>& dims) const {
@@ -146,22 +296,24 @@ LayerWeights read_layer(GgufWeights& r, const ModelSpec& s, int64_t i) {
   const LayerSpec& ls = s.layer[size_t(i)];
   const int64_t D = s.hidden, Q = ls.q_dim(s.heads), KV = ls.kv_dim(), F = ls.intermediate,
                 Dh = ls.head_dim;
-  const int64_t permute = s.arch == "llama" ? Dh : 0;
+  const int64_t permute = s.arch == "llama" || s.arch == "ministral3" ? Dh : 0;
+  const bool own_kv = ls.kv_source == i;  // KV-shared layers have no k/v projections
+  const bool own_v = own_kv && !ls.k_eq_v;
   LayerWeights l;
   l.attn_in_norm = r.vec(p + "attn_norm.weight", D);
   l.q = r.matrix(p + "attn_q.weight", Q, D, permute);
-  l.k = r.matrix(p + "attn_k.weight", KV, D, permute);
-  l.v = r.matrix(p + "attn_v.weight", KV, D);
+  if (own_kv) l.k = r.matrix(p + "attn_k.weight", KV, D, permute);
+  if (own_v) l.v = r.matrix(p + "attn_v.weight", KV, D);
   l.o = r.matrix(p + "attn_output.weight", D, Q);
   if (s.qkv_bias) {
     l.q_bias = r.vec(p + "attn_q.bias", Q, permute);
-    l.k_bias = r.vec(p + "attn_k.bias", KV, permute);
-    l.v_bias = r.vec(p + "attn_v.bias", KV);
+    if (own_kv) l.k_bias = r.vec(p + "attn_k.bias", KV, permute);
+    if (own_v) l.v_bias = r.vec(p + "attn_v.bias", KV);
   }
   if (s.o_bias) l.o_bias = r.vec(p + "attn_output.bias", D);
   if (s.qk_norm) {
     l.q_norm = r.vec(p + "attn_q_norm.weight", Dh);
-    l.k_norm = r.vec(p + "attn_k_norm.weight", Dh);
+    if (own_kv) l.k_norm = r.vec(p + "attn_k_norm.weight", Dh);
   }
   if (s.sandwich_norms) {
     l.attn_out_norm = r.vec(p + "post_attention_norm.weight", D);
@@ -178,6 +330,14 @@ LayerWeights read_layer(GgufWeights& r, const ModelSpec& s, int64_t i) {
     l.up_bias = r.vec(p + "ffn_up.bias", F);
     l.down_bias = r.vec(p + "ffn_down.bias", D);
   }
+  if (s.ple_dim > 0) {  // Gemma 4 per-layer embeddings
+    l.ple_gate = r.matrix(p + "inp_gate.weight", s.ple_dim, D);
+    l.ple_proj = r.matrix(p + "proj.weight", D, s.ple_dim);
+    l.ple_out_norm = r.vec(p + "post_norm.weight", D);
+  }
+  // llama.cpp treats the layer scalar as optional (1 when absent).
+  if (s.layer_scalars && r.has(p + "layer_output_scale.weight"))
+    l.scalar = r.vec(p + "layer_output_scale.weight", 1)[0];
   return l;
 }
 
@@ -189,24 +349,28 @@ json gguf_spec_config(const GgufFile& f) {
   bool known = false;
   for (const char* a : kArchs) known |= arch == a;
   if (!known)
-    fail("%s: GGUF architecture \"%s\" is not supported (supported: llama, qwen2, qwen3, gemma3)",
-         f.path().c_str(), arch.c_str());
-  const bool gemma = arch == "gemma3";
+    fail(
+        "%s: GGUF architecture \"%s\" is not supported (supported: llama, qwen2, qwen3, gemma3, "
+        "gemma4, mistral3)",
+        f.path().c_str(), arch.c_str());
+  const bool gemma = arch == "gemma3" || arch == "gemma4";
   const std::string p = arch + ".";
   const GgufTensor* embd = f.tensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2)
     fail("%s: missing 2-D tensor \"token_embd.weight\"", f.path().c_str());
 
   json c;
-  c["model_type"] = gemma ? "gemma3_text" : arch;
+  c["model_type"] = model_type_of(arch);
   c["vocab_size"] = embd->dims[1];
   c["hidden_size"] = f.require_int(p + "embedding_length");
   const int64_t layers = f.require_int(p + "block_count");
   c["num_hidden_layers"] = layers;
   const int64_t heads = f.require_int(p + "attention.head_count");
   c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = f.get_int(p + "attention.head_count_kv", heads);
-  c["intermediate_size"] = f.require_int(p + "feed_forward_length");
+  if (arch != "gemma4") {  // gemma4: per-layer values, read below
+    c["num_key_value_heads"] = f.get_int(p + "attention.head_count_kv", heads);
+    c["intermediate_size"] = f.require_int(p + "feed_forward_length");
+  }
   if (f.find(p + "attention.key_length")) {
     c["head_dim"] = f.get_int(p + "attention.key_length", 0);
     if (f.get_int(p + "attention.value_length", c["head_dim"].get<int64_t>()) != c["head_dim"])
@@ -231,7 +395,9 @@ json gguf_spec_config(const GgufFile& f) {
     c["attention_bias"] = f.tensor("blk.0.attn_q.bias") != nullptr;
     c["mlp_bias"] = f.tensor("blk.0.ffn_gate.bias") != nullptr;
   }
-  if (gemma) {
+  if (arch == "gemma4") gemma4_config(f, p, layers, c);
+  if (arch == "mistral3") mistral3_config(f, p, c);
+  if (arch == "gemma3") {
     c["sliding_window"] = f.get_int(p + "attention.sliding_window", 4096);
     c["rope_local_base_freq"] = f.get_number(p + "rope.freq_base_swa", 10000.0);
     c["layer_types"] = gemma_layer_types(f, p, layers);
@@ -253,8 +419,7 @@ json gguf_spec_config(const GgufFile& f) {
 }
 
 std::string gguf_model_type(const GgufFile& f) {
-  const std::string arch = f.get_string("general.architecture", "");
-  return arch == "gemma3" ? "gemma3_text" : arch;
+  return model_type_of(f.get_string("general.architecture", ""));
 }
 
 ModelSpec gguf_model_spec(const GgufFile& f) {
@@ -268,6 +433,9 @@ ModelSpec gguf_model_spec(const GgufFile& f) {
     const double scalar = s.layers == 62 ? double(s.hidden / s.heads) : double(s.head_dim);
     s.attn_scale = float(1.0 / std::sqrt(scalar));
   }
+  // Gemma 4: llama.cpp fixes the score scale at 1 and reads head dims and
+  // RoPE per layer kind (gemma4_config).
+  if (s.arch == "gemma4_text") return s;
   if (f.find(p + "attention.scale")) s.attn_scale = float(f.get_number(p + "attention.scale", 0));
   const int64_t rope_dims = f.get_int(p + "rope.dimension_count", s.head_dim);
   if (rope_dims <= 0 || rope_dims > s.head_dim || rope_dims % 2 != 0)
@@ -302,6 +470,12 @@ std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOption
   w.layers.reserve(size_t(s.layers));
   for (int64_t i = 0; i < s.layers; ++i) w.layers.push_back(read_layer(r, s, i));
   w.final_norm = r.vec("output_norm.weight", s.hidden);
+  if (s.ple_dim > 0) {  // as the safetensors loader: sqrt(P) in the table's dtype
+    w.ple_embed = r.matrix("per_layer_token_embd.weight", s.ple_vocab, s.layers * s.ple_dim);
+    w.ple_embed_scale = round_to_dtype(std::sqrt(float(s.ple_dim)), w.ple_embed.dtype);
+    w.ple_model_proj = r.matrix("per_layer_model_proj.weight", s.layers * s.ple_dim, s.hidden);
+    w.ple_proj_norm = r.vec("per_layer_proj_norm.weight", s.ple_dim);
+  }
   w.head = s.tied_embeddings ? w.embed : r.matrix("output.weight", s.vocab, s.hidden);
   return model;
 }
