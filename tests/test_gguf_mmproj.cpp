@@ -215,6 +215,21 @@ TEST(GgufMmproj, MalformedFilesFailNamingFileAndKey) {
   EXPECT_NE(e.find("needs a Gemma 3 text model, not qwen3"), std::string::npos) << e;
 }
 
+// `tandem chat` takes --mmproj like run/logits/serve: the Gemma 3 demo model
+// (it has a tokenizer and chat template) with its own tower as an mmproj;
+// the session ends at once (stdin is empty).
+TEST(GgufMmproj, ChatLoadsTheTowerFromAnMmproj) {
+  TempDir tmp;
+  const std::string demo = source_dir() + "/models/gemma3-demo", mm = tmp.path() + "/mm.gguf";
+  write_mmproj_gguf(demo, mm, GgmlType::F32);
+  auto r = run_tandem("chat " + demo + " --device cpu --mmproj " + mm);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("vision tower loaded from " + mm), std::string::npos) << r.err;
+  r = run_tandem("chat " + demo + " --mmproj " + tmp.path() + "/none.gguf");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no such file"), std::string::npos) << r.err;
+}
+
 TEST(GgufMmproj, CliErrors) {
   TempDir tmp;
   const std::string text = gemma3_text_gguf(tmp.path());

@@ -75,6 +75,7 @@ struct ChatOptions {
   int max_tokens = 0;
   int threads = 0;
   std::string device = "auto";
+  std::string mmproj;  // --mmproj FILE: the vision tower (llama.cpp mmproj GGUF)
   bool text_only = false;
 };
 
@@ -91,6 +92,7 @@ struct LocalServer {
     config.device = resolve_device(o.device);  // before any download
     const std::string dir = catalog::resolve_model_arg(arg, /*allow_download=*/true);
     model = load_model_verbose(dir);
+    model->mmproj = o.mmproj;
     text = server::ModelText::load(dir);
     if (!text || !text->has_chat_template())
       fail("%s has no %s; tandem chat needs one", dir.c_str(),
@@ -105,6 +107,8 @@ struct LocalServer {
       try {
         tower = VisionTower::load(*model);
         vision.loaded = true;
+        if (!model->mmproj.empty())
+          std::fprintf(stderr, "tandem chat: vision tower loaded from %s\n", model->mmproj.c_str());
       } catch (const Error& e) {
         vision.unavailable = std::string("the vision tower failed to load: ") + e.what();
         std::fprintf(stderr, "warning: %s; text only\n", vision.unavailable.c_str());
@@ -461,8 +465,12 @@ Runner add_chat_command(CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "Longest reply in tokens (default: the server's)");
   cmd->add_option("--threads", o->threads, "CPU threads for an in-process model (default: all)");
   add_device_option(cmd, o->device);
+  add_mmproj_option(cmd, o->mmproj);
   cmd->add_flag("--text-only", o->text_only, "Do not load the vision tower of an in-process model");
-  return [o] { return run_chat(*o); };
+  return [o] {
+    check_mmproj(o->mmproj);
+    return run_chat(*o);
+  };
 }
 
 }  // namespace tandem::cli
