@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -291,6 +292,10 @@ void write_tokenizer_gguf(const std::string& dir, const std::string& pre, const 
   }
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i].empty()) tokens[i] = "[PAD" + std::to_string(i) + "]";
+  std::vector<std::string> merges;
+  for (const json& m : tj["model"]["merges"])
+    merges.push_back(m.is_string() ? m.get<std::string>()
+                                   : m[0].get<std::string>() + " " + m[1].get<std::string>());
   test::GgufWriter g;
   if (pre == "spm") {
     // SentencePiece (Gemma): scores instead of merges — 0 for added pieces,
@@ -307,11 +312,24 @@ void write_tokenizer_gguf(const std::string& dir, const std::string& pre, const 
     g.f32_array("tokenizer.ggml.scores", scores);
     g.i32_array("tokenizer.ggml.token_type", types);
     g.boolean("tokenizer.ggml.add_space_prefix", false);
+  } else if (pre == "gemma4") {
+    // Gemma 4 (llama.cpp's Gemma4Model.set_vocab): tokens by id, byte pieces
+    // <0xNN> type 6, the chat tokens it renders user-defined (4), merges
+    // "left right", add_space_prefix false.
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (types[i] == 1 && tokens[i].size() == 6 && tokens[i].rfind("<0x", 0) == 0) types[i] = 6;
+      for (const char* v : {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
+                            "<|tool_response>", "<tool_response|>", "<|\"|>"})
+        if (tokens[i] == v) types[i] = 4;
+    }
+    g.str("general.architecture", "gemma4");
+    g.str("tokenizer.ggml.model", "gemma4");
+    g.str_array("tokenizer.ggml.tokens", tokens);
+    g.f32_array("tokenizer.ggml.scores", std::vector<float>(tokens.size(), 0.0f));
+    g.i32_array("tokenizer.ggml.token_type", types);
+    g.str_array("tokenizer.ggml.merges", merges);
+    g.boolean("tokenizer.ggml.add_space_prefix", false);
   } else {
-    std::vector<std::string> merges;
-    for (const json& m : tj["model"]["merges"])
-      merges.push_back(m.is_string() ? m.get<std::string>()
-                                     : m[0].get<std::string>() + " " + m[1].get<std::string>());
     g.str("general.architecture", pre == "qwen2" ? "qwen3" : "llama");
     g.str("tokenizer.ggml.model", "gpt2");
     g.str("tokenizer.ggml.pre", pre);
@@ -324,10 +342,33 @@ void write_tokenizer_gguf(const std::string& dir, const std::string& pre, const 
   if (ref.bos_id() >= 0) g.u32("tokenizer.ggml.bos_token_id", uint32_t(ref.bos_id()));
   if (ref.eos_id() >= 0) g.u32("tokenizer.ggml.eos_token_id", uint32_t(ref.eos_id()));
   if (ref.pad_id() >= 0) g.u32("tokenizer.ggml.padding_token_id", uint32_t(ref.pad_id()));
+  // As the reference adds BOS, so ids compare (Gemma 4's converter writes
+  // true; GgufTokenizerGemma4.AddsBosByDefault checks the key's absence).
   g.boolean("tokenizer.ggml.add_bos_token", !ref.prefix_ids().empty());
   if (cfg.contains("chat_template") && cfg["chat_template"].is_string())
     g.str("tokenizer.chat_template", cfg["chat_template"].get<std::string>());
   g.write(path);
+}
+
+// Strings of the 2,100-string corpus (plus `extra`) whose ids (with and
+// without special tokens) or decodes differ between ref and tok; the first
+// five are reported.
+int corpus_mismatches(const text::Tokenizer& ref, const text::Tokenizer& tok,
+                      const std::string& name, const std::vector<std::string>& extra) {
+  json corpus;
+  std::ifstream(test::source_dir() + "/tests/fixtures/tokenizer/corpus.json") >> corpus;
+  std::vector<std::string> texts = corpus["texts"].get<std::vector<std::string>>();
+  texts.insert(texts.end(), extra.begin(), extra.end());
+  int mismatches = 0;
+  for (const std::string& t : texts) {
+    const auto want = ref.encode(t, true), got = tok.encode(t, true);
+    if (want != got && ++mismatches <= 5) ADD_FAILURE() << name << ": ids differ for " << json(t);
+    if (ref.encode(t, false) != tok.encode(t, false) && ++mismatches <= 5)
+      ADD_FAILURE() << name << ": plain ids differ for " << json(t);
+    if (ref.decode(want, true) != tok.decode(want, true) && ++mismatches <= 5)
+      ADD_FAILURE() << name << ": decode differs for " << json(t);
+  }
+  return mismatches;
 }
 
 class GgufTokenizer : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
@@ -346,19 +387,9 @@ TEST_P(GgufTokenizer, MatchesTokenizerJson) {
   write_tokenizer_gguf(dir, pre, path);
   const text::Tokenizer ref = text::Tokenizer::load(dir);
   const text::Tokenizer tok = gguf_tokenizer(*GgufFile::open(path));
-  json corpus;
-  std::ifstream(test::source_dir() + "/tests/fixtures/tokenizer/corpus.json") >> corpus;
-  std::vector<std::string> texts = corpus["texts"].get<std::vector<std::string>>();
-  texts.push_back("<|im_start|>user\nhi<|im_end|> <|begin_of_text|>x<|eot_id|><think>y</think>");
-  int mismatches = 0;
-  for (const std::string& t : texts) {
-    const auto want = ref.encode(t, true), got = tok.encode(t, true);
-    if (want != got && ++mismatches <= 5) ADD_FAILURE() << name << ": ids differ for " << json(t);
-    if (ref.encode(t, false) != tok.encode(t, false) && ++mismatches <= 5)
-      ADD_FAILURE() << name << ": plain ids differ for " << json(t);
-    if (ref.decode(want, true) != tok.decode(want, true) && ++mismatches <= 5)
-      ADD_FAILURE() << name << ": decode differs for " << json(t);
-  }
+  const int mismatches = corpus_mismatches(
+      ref, tok, name,
+      {"<|im_start|>user\nhi<|im_end|> <|begin_of_text|>x<|eot_id|><think>y</think>"});
   EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(tok.bos_id(), ref.bos_id());
   EXPECT_EQ(tok.eos_id(), ref.eos_id());
@@ -371,6 +402,77 @@ INSTANTIATE_TEST_SUITE_P(Real, GgufTokenizer,
                                            std::pair{std::string("qwen3"), std::string("qwen2")},
                                            std::pair{std::string("gemma3"), std::string("spm")}),
                          [](const auto& info) { return info.param.first; });
+
+// Gemma 4 (tokenizer.ggml.model "gemma4"), from the gemma4-demo checkpoint's
+// tokenizer.json (laid out as Gemma 4's): the corpus (leading and repeated
+// spaces, newlines, accents, CJK, emoji through byte fallback) plus chat
+// tokens, and decode(encode(text)) giving the text back (a "▁" in it as " ").
+TEST(GgufTokenizerGemma4, MatchesTokenizerJson) {
+  const std::string dir = test::source_dir() + "/models/gemma4-demo";
+  test::TempDir tmp;
+  const std::string path = tmp.path() + "/tok.gguf";
+  write_tokenizer_gguf(dir, "gemma4", path);
+  const text::Tokenizer ref = text::Tokenizer::load(dir);
+  const text::Tokenizer tok = gguf_tokenizer(*GgufFile::open(path));
+  const std::vector<std::string> extra = {
+      "<|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\nx<channel|>y",
+      "<|tool_call>call:f{a:<|\"|>b<|\"|>}<tool_call|><|tool_response>r<tool_response|>",
+      "  two leading spaces\n\n\nthree newlines\t tab",
+      "日本語 中文 한국어 🫩🙂👍🏽 ǅ \xe2\x80\x8b zero-width"};
+  EXPECT_EQ(corpus_mismatches(ref, tok, "gemma4", extra), 0);
+  json corpus;
+  std::ifstream(test::source_dir() + "/tests/fixtures/tokenizer/corpus.json") >> corpus;
+  int bad = 0;
+  for (const std::string& t : corpus["texts"].get<std::vector<std::string>>()) {
+    std::string want = t;  // a "▁" in the text decodes as " ", as with tokenizer.json
+    for (size_t p = 0; (p = want.find("\u2581", p)) != std::string::npos;) want.replace(p, 3, " ");
+    if (tok.decode(tok.encode(t, false), false) != want && ++bad <= 5)
+      ADD_FAILURE() << "gemma4: decode(encode(t)) != t for " << json(t);
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(tok.bos_id(), ref.bos_id());
+  EXPECT_EQ(tok.eos_id(), ref.eos_id());
+  EXPECT_EQ(tok.vocab_size(), ref.vocab_size());
+}
+
+// A small "gemma4" vocabulary: BOS added when tokenizer.ggml.add_bos_token is
+// absent (llama.cpp adds it for Gemma 4), merges split at the first space,
+// <0xNN> pieces for what the vocab lacks; no merges is an error.
+TEST(GgufTokenizerGemma4, AddsBosByDefault) {
+  test::TempDir tmp;
+  const std::string path = tmp.path() + "/t.gguf";
+  std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>",   "<unk>",   "\u2581",
+                                     "a",     "b",     "\u2581a", "\u2581ab"};
+  std::vector<int32_t> types = {3, 3, 3, 3, 1, 1, 1, 1, 1};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    tokens.push_back(name);
+    types.push_back(6);
+  }
+  test::GgufWriter g;
+  g.str("tokenizer.ggml.model", "gemma4");
+  g.str_array("tokenizer.ggml.tokens", tokens);
+  g.i32_array("tokenizer.ggml.token_type", types);
+  g.str_array("tokenizer.ggml.merges", {"\u2581 a", "\u2581a b"});
+  g.u32("tokenizer.ggml.bos_token_id", 2);
+  g.u32("tokenizer.ggml.eos_token_id", 1);
+  g.write(path);
+  const text::Tokenizer tok = gguf_tokenizer(*GgufFile::open(path));
+  EXPECT_EQ(tok.encode(" ab c", true), (std::vector<int32_t>{2, 8, 4, 9 + 'c'}));
+  EXPECT_EQ(tok.decode(tok.encode(" ab c", true), true), " ab c");
+  test::GgufWriter n;
+  n.str("tokenizer.ggml.model", "gemma4");
+  n.str_array("tokenizer.ggml.tokens", tokens);
+  n.write(path);
+  std::string e;
+  try {
+    gguf_tokenizer(*GgufFile::open(path));
+  } catch (const Error& x) {
+    e = x.what();
+  }
+  EXPECT_NE(e.find("needs tokenizer.ggml.merges"), std::string::npos) << e;
+}
 
 TEST(GgufTokenizerErrors, UnsupportedModelsSaySo) {
   test::TempDir tmp;
@@ -385,6 +487,7 @@ TEST(GgufTokenizerErrors, UnsupportedModelsSaySo) {
     e = x.what();
   }
   EXPECT_NE(e.find("GGUF tokenizer model \"bert\" is not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("put the model's tokenizer.json"), std::string::npos) << e;
   test::GgufWriter p;
   p.str("tokenizer.ggml.model", "gpt2");
   p.str("tokenizer.ggml.pre", "deepseek-llm");

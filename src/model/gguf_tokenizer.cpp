@@ -1,6 +1,7 @@
 #include "model/gguf_tokenizer.h"
 
 #include <algorithm>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -113,13 +114,47 @@ json added_tokens(const std::vector<std::string>& tokens, const std::vector<int6
   return added;
 }
 
+// The byte-fallback BPE tokenizer.json of SentencePiece-style vocabularies
+// (Gemma): " " normalized to "▁" (and a "▁" prepended when
+// tokenizer.ggml.add_space_prefix is true), no word splitting, "▁" decoded
+// back to " " and <0xNN> pieces to their bytes.
+json byte_fallback_bpe(const GgufFile& f, const std::vector<std::string>& tokens,
+                       const std::vector<int64_t>& types, json vocab, json merges) {
+  const std::string unk = token_of(f, tokens, "tokenizer.ggml.unknown_token_id");
+  const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  json normalizer = replace;
+  if (get_bool(f, "tokenizer.ggml.add_space_prefix", false))
+    normalizer = {{"type", "Sequence"},
+                  {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}}, replace}}};
+  return {{"model",
+           {{"type", "BPE"},
+            {"vocab", std::move(vocab)},
+            {"merges", std::move(merges)},
+            {"byte_fallback", true},
+            {"fuse_unk", true},
+            {"unk_token", unk.empty() ? json(nullptr) : json(unk)}}},
+          {"normalizer", normalizer},
+          {"pre_tokenizer",
+           {{"type", "Split"},
+            {"pattern", {{"String", " "}}},
+            {"behavior", "MergedWithPrevious"},
+            {"invert", false}}},
+          {"post_processor", nullptr},
+          {"decoder",
+           {{"type", "Sequence"},
+            {"decoders",
+             {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}}}}}},
+          {"added_tokens", added_tokens(tokens, types)}};
+}
+
 // A SentencePiece BPE vocabulary (tokens + scores) as the BPE tokenizer.json
 // transformers' converter makes of it: every piece in the vocab; the merges
 // are every split of a piece into two pieces, ranked by the piece's score
 // (descending), then the left and the right part's length in code points
 // (descending), ties in piece order and, within a piece, by the parts' ids
-// (transformers' SentencePieceExtractor); byte fallback; " " normalized to
-// "▁" (and a "▁" prepended when tokenizer.ggml.add_space_prefix is true).
+// (transformers' SentencePieceExtractor); then byte_fallback_bpe.
 json sentencepiece_json(const GgufFile& f, const std::vector<std::string>& tokens,
                         const std::vector<int64_t>& types) {
   std::vector<double> scores(tokens.size(), 0.0);
@@ -163,33 +198,41 @@ json sentencepiece_json(const GgufFile& f, const std::vector<std::string>& token
   json merge_list = json::array();
   for (const Merge& m : merges)
     merge_list.push_back({tokens[size_t(m.left)], tokens[size_t(m.right)]});
-  const std::string unk = token_of(f, tokens, "tokenizer.ggml.unknown_token_id");
-  const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
-  json normalizer = replace;
-  if (get_bool(f, "tokenizer.ggml.add_space_prefix", false))
-    normalizer = {{"type", "Sequence"},
-                  {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}}, replace}}};
-  return {{"model",
-           {{"type", "BPE"},
-            {"vocab", std::move(vocab)},
-            {"merges", std::move(merge_list)},
-            {"byte_fallback", true},
-            {"fuse_unk", true},
-            {"unk_token", unk.empty() ? json(nullptr) : json(unk)}}},
-          {"normalizer", normalizer},
-          {"pre_tokenizer",
-           {{"type", "Split"},
-            {"pattern", {{"String", " "}}},
-            {"behavior", "MergedWithPrevious"},
-            {"invert", false}}},
-          {"post_processor", nullptr},
-          {"decoder",
-           {{"type", "Sequence"},
-            {"decoders",
-             {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
-              {{"type", "ByteFallback"}},
-              {{"type", "Fuse"}}}}}},
-          {"added_tokens", added_tokens(tokens, types)}};
+  return byte_fallback_bpe(f, tokens, types, std::move(vocab), std::move(merge_list));
+}
+
+// tokenizer.ggml.model "gemma4" (llama.cpp's converter for Gemma 4): a BPE
+// over raw UTF-8 with its merges stored as "left right" strings, " " as "▁",
+// byte fallback, no splitting into words: the layout of Gemma 4's own
+// tokenizer.json. Every token, added ones too, is in the vocab, as there.
+json gemma4_json(const GgufFile& f, const std::vector<std::string>& tokens,
+                 const std::vector<int64_t>& types) {
+  if (!f.find("tokenizer.ggml.merges"))
+    fail("%s: tokenizer.ggml.model \"gemma4\" needs tokenizer.ggml.merges", f.path().c_str());
+  json vocab = json::object();
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (!vocab.contains(tokens[i])) vocab[tokens[i]] = int64_t(i);
+  // The converter writes these special tokens as user-defined (4) so that
+  // llama.cpp renders them for its chat parser; tokenizer.json has them
+  // special (skipped by decode(ids, skip_special=true)), so they are again.
+  static const char* const kDemoted[] = {"<|channel>",   "<channel|>",       "<|tool_call>",
+                                         "<tool_call|>", "<|tool_response>", "<tool_response|>",
+                                         "<|\"|>"};
+  std::vector<int64_t> t = types;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (t[i] == 4 &&
+        std::find(std::begin(kDemoted), std::end(kDemoted), tokens[i]) != std::end(kDemoted))
+      t[i] = 3;
+  json merges = json::array();
+  for (const std::string& m : string_array(f, "tokenizer.ggml.merges")) {
+    // llama.cpp splits at the first space after the first byte.
+    const size_t sp = m.find(' ', 1);
+    if (sp == std::string::npos)
+      fail("%s: tokenizer.ggml.merges entry \"%s\" is not \"left right\"", f.path().c_str(),
+           m.c_str());
+    merges.push_back({m.substr(0, sp), m.substr(sp + 1)});
+  }
+  return byte_fallback_bpe(f, tokens, t, std::move(vocab), std::move(merges));
 }
 
 }  // namespace
@@ -199,11 +242,11 @@ GgufTokenizerJson gguf_tokenizer_json(const GgufFile& f) {
   if (model.empty())
     fail("%s: no tokenizer in the GGUF metadata (tokenizer.ggml.model is missing)",
          f.path().c_str());
-  if (model != "gpt2" && model != "llama")
+  if (model != "gpt2" && model != "llama" && model != "gemma4")
     fail(
         "%s: GGUF tokenizer model \"%s\" is not supported (\"gpt2\": byte-level BPE, "
-        "\"llama\": SentencePiece BPE); put the model's tokenizer.json (and "
-        "tokenizer_config.json) beside the .gguf",
+        "\"llama\": SentencePiece BPE, \"gemma4\": Gemma 4's BPE); put the model's "
+        "tokenizer.json (and tokenizer_config.json) beside the .gguf",
         f.path().c_str(), model.c_str());
   const std::vector<std::string> tokens = string_array(f, "tokenizer.ggml.tokens");
   std::vector<int64_t> types(tokens.size(), 1);
@@ -214,7 +257,7 @@ GgufTokenizerJson gguf_tokenizer_json(const GgufFile& f) {
            t.size(), tokens.size());
     for (size_t i = 0; i < t.size(); ++i) types[i] = t[i].as_int();
   }
-  json cfg = {{"add_bos_token", get_bool(f, "tokenizer.ggml.add_bos_token", model == "llama")},
+  json cfg = {{"add_bos_token", get_bool(f, "tokenizer.ggml.add_bos_token", model != "gpt2")},
               {"add_eos_token", get_bool(f, "tokenizer.ggml.add_eos_token", false)}};
   for (const auto& [name, key] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"},
                                   {"eos_token", "tokenizer.ggml.eos_token_id"},
@@ -224,6 +267,7 @@ GgufTokenizerJson gguf_tokenizer_json(const GgufFile& f) {
     if (!t.empty()) cfg[name] = t;
   }
   if (model == "llama") return {sentencepiece_json(f, tokens, types).dump(), cfg.dump()};
+  if (model == "gemma4") return {gemma4_json(f, tokens, types).dump(), cfg.dump()};
   const std::vector<std::string> merges = f.find("tokenizer.ggml.merges")
                                               ? string_array(f, "tokenizer.ggml.merges")
                                               : std::vector<std::string>{};

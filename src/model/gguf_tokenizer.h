@@ -18,6 +18,14 @@
 // in the vocab, merges rebuilt from the scores (sentencepiece_json in the
 // .cpp states the ranking), " " → "▁" (plus a leading "▁" when
 // tokenizer.ggml.add_space_prefix is true), add_bos_token defaulting to true.
+// tokenizer.ggml.model "gemma4" (llama.cpp's converter for Gemma 4) becomes
+// the tokenizer.json Gemma 4 ships: a byte-fallback BPE over raw UTF-8 with
+// tokenizer.ggml.merges as its merges ("left right", split at the first space
+// after the first byte, as llama.cpp does), every token in the vocab,
+// " " → "▁", no word splitting, add_bos_token defaulting to true (llama.cpp
+// forces it for Gemma 4; the converter writes true). The converter's
+// user-defined chat tokens (<|channel>, <|tool_call>, ...) are special again,
+// as in tokenizer.json; tokenizer.ggml.pre is not read (llama.cpp ignores it).
 // Other tokenizer models (bert, t5, rwkv, ...) are an Error that says to put
 // the model's tokenizer.json beside the .gguf (server/model_text.cpp then
 // uses it).
