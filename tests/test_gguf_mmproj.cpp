@@ -132,6 +132,33 @@ TEST(GgufMmproj, PixtralImageLogitsMatchTheCheckpoint) {
     std::printf("[mmproj] pixtral %-10s vs safetensors %.2e, vs transformers %.2e x std\n",
                 c["name"].get<std::string>().c_str(), d_st / s, d_ref / s);
   }
+  // The pair llama.cpp users have: a mistral3 text GGUF (written from the
+  // same checkpoint, [IMG] / [IMG_BREAK] / [IMG_END] at the checkpoint's ids)
+  // with the pixtral mmproj gives the checkpoint's logits too.
+  std::vector<std::string> tokens;
+  for (int i = 0; i < 320; ++i) tokens.push_back("<t" + std::to_string(i) + ">");
+  tokens[10] = "[IMG]";
+  tokens[12] = "[IMG_BREAK]";
+  tokens[13] = "[IMG_END]";
+  const std::string text_gguf = tmp.path() + "/ministral3.gguf";
+  write_model_gguf(*load_model(fixture_dir("mistral3-f32")), text_gguf, GgmlType::F32,
+                   GgmlType::F32, "", tokens);
+  for (const json& c : ref["cases"]) {
+    if (c["images"].empty()) continue;
+    std::string args = " --all --ids " + ids_arg(c["ids"]);
+    for (const json& k : c["images"])
+      args += " --image " + vision_fixture_dir("mistral3") + "/input_" +
+              std::to_string(k.get<int>()) + ".png";
+    const auto a = run_tandem("logits " + text_gguf + " --mmproj " + mm + args);
+    const auto b = run_tandem("logits " + fixture_dir("mistral3-f32") + args);
+    ASSERT_EQ(a.exit_code, 0) << c["name"] << ": " << a.err;
+    ASSERT_EQ(b.exit_code, 0) << c["name"] << ": " << b.err;
+    const json got = json::parse(a.out)["logits"], st = json::parse(b.out)["logits"];
+    const double s = json_std(c["logits"]), d_st = json_max_diff(got, st);
+    EXPECT_LE(d_st, 1e-6 * s) << c["name"];
+    std::printf("[mmproj] mistral3 GGUF + pixtral %-10s vs safetensors %.2e x std\n",
+                c["name"].get<std::string>().c_str(), d_st / s);
+  }
   // A Gemma 3 text model cannot take a pixtral tower.
   auto g = load_model(gemma3_text_gguf(tmp.path()));
   g->mmproj = mm;
