@@ -189,6 +189,27 @@ TEST_F(EngineTest, NanLogitsFailTheRequestWithAClearError) {
   EXPECT_EQ(drain(*engine->submit(prompt_of(2, 8), greedy(3)), 5).finish, FinishReason::Length);
 }
 
+// A constraint that allows nothing and may not end (a schema or a forced
+// tool call the vocabulary cannot complete) fails that request with a clear
+// error; the engine goes on.
+TEST_F(EngineTest, AConstraintThatAllowsNoTokenFailsTheRequestClearly) {
+  struct DeadEnd : TokenConstraint {
+    Allowed allowed() override { return {}; }
+    bool accept(int32_t) override { return false; }
+  };
+  struct DeadEndFactory : ConstraintFactory {
+    std::unique_ptr<TokenConstraint> start() const override { return std::make_unique<DeadEnd>(); }
+  };
+  auto engine = make({});
+  GenerationParams p = greedy(5);
+  p.constraint = std::make_shared<DeadEndFactory>();
+  Outcome o = drain(*engine->submit(prompt_of(1, 8), p), 5);
+  EXPECT_EQ(o.finish, FinishReason::Error);
+  EXPECT_NE(o.error.find("allows no token"), std::string::npos) << o.error;
+  EXPECT_NE(o.error.find("forced tool call"), std::string::npos) << o.error;
+  EXPECT_EQ(drain(*engine->submit(prompt_of(2, 8), greedy(3)), 5).finish, FinishReason::Length);
+}
+
 TEST_F(EngineTest, InjectedKvExhaustionMakesTheRequestWait) {
   auto engine = make({}, "kv-exhaust@1");
   auto a = engine->submit(prompt_of(1, 8), greedy(6));

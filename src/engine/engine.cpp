@@ -632,8 +632,8 @@ struct Engine::Impl {
         finish(seq, FinishReason::Stop);
       else
         finish(seq, FinishReason::Error,
-               "the output constraint allows no token here (response_format cannot be "
-               "completed with this model's vocabulary)");
+               "the output constraint allows no token here (the response_format schema or the "
+               "forced tool call cannot be completed with this model's vocabulary)");
       return false;
     }
     std::vector<std::pair<int32_t, float>> eos;
