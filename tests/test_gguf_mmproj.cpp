@@ -75,6 +75,37 @@ double json_max_diff(const json& a, const json& b) {
   return m;
 }
 
+// For each case of the `family` vision fixture (image cases only when
+// `images_only`): `tandem logits` of `model` with --mmproj `mm` against the
+// safetensors `checkpoint` (bound 1e-6 of the logits' std) and transformers'
+// reference (1e-3, as test_vision_parity). `label` names the printed lines.
+void expect_mmproj_logits(const std::string& family, const std::string& model,
+                          const std::string& mm, const std::string& checkpoint, bool images_only,
+                          const std::string& label) {
+  std::ifstream f(vision_fixture_dir(family) + "/reference.json");
+  const json ref = json::parse(f);
+  ASSERT_EQ(ref["cases"].size(), 3u);
+  for (const json& c : ref["cases"]) {
+    if (images_only && c["images"].empty()) continue;
+    std::string args = " --all --ids " + ids_arg(c["ids"]);
+    for (const json& k : c["images"])
+      args += " --image " + vision_fixture_dir(family) + "/input_" + std::to_string(k.get<int>()) +
+              ".png";
+    const auto a = run_tandem("logits " + model + " --mmproj " + mm + args);
+    const auto b = run_tandem("logits " + checkpoint + args);
+    ASSERT_EQ(a.exit_code, 0) << c["name"] << ": " << a.err;
+    ASSERT_EQ(b.exit_code, 0) << c["name"] << ": " << b.err;
+    const json got = json::parse(a.out)["logits"], st = json::parse(b.out)["logits"];
+    ASSERT_EQ(got.size(), c["logits"].size());
+    const double s = json_std(c["logits"]), d_st = json_max_diff(got, st),
+                 d_ref = json_max_diff(got, c["logits"]);
+    EXPECT_LE(d_st, 1e-6 * s) << label << " " << c["name"];
+    EXPECT_LE(d_ref, 1e-3 * s) << label << " " << c["name"];
+    std::printf("[mmproj] %s %-10s vs safetensors %.2e, vs transformers %.2e x std\n",
+                label.c_str(), c["name"].get<std::string>().c_str(), d_st / s, d_ref / s);
+  }
+}
+
 // `tandem logits` with the text GGUF and an F32 mmproj equals the
 // safetensors checkpoint (bound 1e-6 of the logits' std; measured: 0, the
 // same weights through the same code) and transformers (1e-3, as
@@ -82,27 +113,7 @@ double json_max_diff(const json& a, const json& b) {
 TEST(GgufMmproj, Gemma3ImageLogitsMatchTheCheckpoint) {
   TempDir tmp;
   const std::string text = gemma3_text_gguf(tmp.path()), mm = mmproj(tmp.path(), GgmlType::F32);
-  std::ifstream f(vision_fixture_dir("gemma3") + "/reference.json");
-  const json ref = json::parse(f);
-  ASSERT_EQ(ref["cases"].size(), 3u);
-  for (const json& c : ref["cases"]) {
-    std::string args = " --all --ids " + ids_arg(c["ids"]);
-    for (const json& k : c["images"])
-      args += " --image " + vision_fixture_dir("gemma3") + "/input_" +
-              std::to_string(k.get<int>()) + ".png";
-    const auto a = run_tandem("logits " + text + " --mmproj " + mm + args);
-    const auto b = run_tandem("logits " + fixture_dir("gemma3-f32") + args);
-    ASSERT_EQ(a.exit_code, 0) << c["name"] << ": " << a.err;
-    ASSERT_EQ(b.exit_code, 0) << c["name"] << ": " << b.err;
-    const json got = json::parse(a.out)["logits"], st = json::parse(b.out)["logits"];
-    ASSERT_EQ(got.size(), c["logits"].size());
-    const double s = json_std(c["logits"]), d_st = json_max_diff(got, st),
-                 d_ref = json_max_diff(got, c["logits"]);
-    EXPECT_LE(d_st, 1e-6 * s) << c["name"];
-    EXPECT_LE(d_ref, 1e-3 * s) << c["name"];
-    std::printf("[mmproj] gemma3 %-10s vs safetensors %.2e, vs transformers %.2e x std\n",
-                c["name"].get<std::string>().c_str(), d_st / s, d_ref / s);
-  }
+  expect_mmproj_logits("gemma3", text, mm, fixture_dir("gemma3-f32"), false, "gemma3");
 }
 
 // Mistral 3: the safetensors checkpoint with its tower from a pixtral mmproj
@@ -112,26 +123,8 @@ TEST(GgufMmproj, PixtralImageLogitsMatchTheCheckpoint) {
   TempDir tmp;
   const std::string mm = tmp.path() + "/mmproj-pixtral.gguf";
   write_mmproj_gguf(fixture_dir("mistral3-f32"), mm, GgmlType::F32);
-  std::ifstream f(vision_fixture_dir("mistral3") + "/reference.json");
-  const json ref = json::parse(f);
-  for (const json& c : ref["cases"]) {
-    if (c["images"].empty()) continue;
-    std::string args = " --all --ids " + ids_arg(c["ids"]);
-    for (const json& k : c["images"])
-      args += " --image " + vision_fixture_dir("mistral3") + "/input_" +
-              std::to_string(k.get<int>()) + ".png";
-    const auto a = run_tandem("logits " + fixture_dir("mistral3-f32") + " --mmproj " + mm + args);
-    const auto b = run_tandem("logits " + fixture_dir("mistral3-f32") + args);
-    ASSERT_EQ(a.exit_code, 0) << c["name"] << ": " << a.err;
-    ASSERT_EQ(b.exit_code, 0) << c["name"] << ": " << b.err;
-    const json got = json::parse(a.out)["logits"], st = json::parse(b.out)["logits"];
-    const double s = json_std(c["logits"]), d_st = json_max_diff(got, st),
-                 d_ref = json_max_diff(got, c["logits"]);
-    EXPECT_LE(d_st, 1e-6 * s) << c["name"];
-    EXPECT_LE(d_ref, 1e-3 * s) << c["name"];
-    std::printf("[mmproj] pixtral %-10s vs safetensors %.2e, vs transformers %.2e x std\n",
-                c["name"].get<std::string>().c_str(), d_st / s, d_ref / s);
-  }
+  const std::string checkpoint = fixture_dir("mistral3-f32");
+  expect_mmproj_logits("mistral3", checkpoint, mm, checkpoint, true, "pixtral");
   // The pair llama.cpp users have: a mistral3 text GGUF (written from the
   // same checkpoint, [IMG] / [IMG_BREAK] / [IMG_END] at the checkpoint's ids)
   // with the pixtral mmproj gives the checkpoint's logits too.
@@ -141,24 +134,8 @@ TEST(GgufMmproj, PixtralImageLogitsMatchTheCheckpoint) {
   tokens[12] = "[IMG_BREAK]";
   tokens[13] = "[IMG_END]";
   const std::string text_gguf = tmp.path() + "/ministral3.gguf";
-  write_model_gguf(*load_model(fixture_dir("mistral3-f32")), text_gguf, GgmlType::F32,
-                   GgmlType::F32, "", tokens);
-  for (const json& c : ref["cases"]) {
-    if (c["images"].empty()) continue;
-    std::string args = " --all --ids " + ids_arg(c["ids"]);
-    for (const json& k : c["images"])
-      args += " --image " + vision_fixture_dir("mistral3") + "/input_" +
-              std::to_string(k.get<int>()) + ".png";
-    const auto a = run_tandem("logits " + text_gguf + " --mmproj " + mm + args);
-    const auto b = run_tandem("logits " + fixture_dir("mistral3-f32") + args);
-    ASSERT_EQ(a.exit_code, 0) << c["name"] << ": " << a.err;
-    ASSERT_EQ(b.exit_code, 0) << c["name"] << ": " << b.err;
-    const json got = json::parse(a.out)["logits"], st = json::parse(b.out)["logits"];
-    const double s = json_std(c["logits"]), d_st = json_max_diff(got, st);
-    EXPECT_LE(d_st, 1e-6 * s) << c["name"];
-    std::printf("[mmproj] mistral3 GGUF + pixtral %-10s vs safetensors %.2e x std\n",
-                c["name"].get<std::string>().c_str(), d_st / s);
-  }
+  write_model_gguf(*load_model(checkpoint), text_gguf, GgmlType::F32, GgmlType::F32, "", tokens);
+  expect_mmproj_logits("mistral3", text_gguf, mm, checkpoint, true, "mistral3 GGUF + pixtral");
   // A Gemma 3 text model cannot take a pixtral tower.
   auto g = load_model(gemma3_text_gguf(tmp.path()));
   g->mmproj = mm;

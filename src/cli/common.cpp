@@ -61,8 +61,8 @@ SequenceRunner make_sequence_runner(const DeviceChoice& device, const Model& mod
 
 void add_mmproj_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--mmproj", value,
-                  "Vision tower from a llama.cpp mmproj GGUF (projector type gemma3), used for "
-                  "images instead of the model's own");
+                  "Vision tower from a llama.cpp mmproj GGUF (projector type gemma3 or pixtral), "
+                  "used for images instead of the model's own");
 }
 
 void check_mmproj(const std::string& value) {
