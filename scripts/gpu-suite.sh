@@ -9,9 +9,14 @@
 # backend), OUT_DIR/bench.jsonl (bench_cuda_decode: batch-1 decode at
 # contexts 128 and 4096, 32 sequences at context 1024, prefill of 512 and
 # 4096 tokens, for each model shape in bench/configs; 8-128 sequences for
-# llama-3.2-1b), OUT_DIR/profile.txt (nsys kernel summary, if nsys exists) and
-# OUT_DIR/serve.log (each demo model in models/ served with --device cuda
-# and checked by tandem coherence on both lanes). `quick` runs the tests and one shape.
+# llama-3.2-1b; 4- and 8-bit weights), OUT_DIR/profile.txt (device time per
+# op of a decode step) and
+# OUT_DIR/serve.log (each demo model in models/, or the built-in one, served
+# with --device cuda and checked by tandem coherence on both lanes; a seeded
+# sampling check; loadgen TTFT / ITL on llama-3.2-1b's shapes). `quick` runs
+# the tests and one shape. Each part runs only when BUILD_DIR has its binary
+# (tandem_cuda_tests, bench_cuda_decode, tandem + loadgen), so a build can be
+# carried to the GPU machine in pieces.
 # Exit status: non-zero when a test or the coherence check failed.
 set -u
 build=$1
@@ -25,10 +30,13 @@ export TANDEM_SOURCE_DIR="$(pwd)"
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
-timeout 300 "$build/tandem_cuda_tests" >"$out/cuda-tests.log" 2>&1 || status=1
+if [ -x "$build/tandem_cuda_tests" ]; then
+  timeout 300 "$build/tandem_cuda_tests" >"$out/cuda-tests.log" 2>&1 || status=1
+fi
 
 configs="llama-3.2-1b gemma-3-1b qwen3-1.7b gemma-4-e2b ministral-3-3b"
 [ "$mode" = quick ] && configs="llama-3.2-1b"
+[ -x "$build/bench_cuda_decode" ] || configs=""
 for m in $configs; do
   c=bench/configs/$m.json
   [ -f "$c" ] || continue
@@ -37,25 +45,76 @@ for m in $configs; do
   [ "$mode" = quick ] && continue
   for b in 8 32 64 128; do
     [ "$b" != 32 ] && [ "$m" != llama-3.2-1b ] && continue  # every batch for one shape
-    timeout 120 "$build/bench_cuda_decode" "$c" --context 1024 --tokens 32 --batch $b --prefill 512
+    timeout 120 "$build/bench_cuda_decode" "$c" --context 1024 --tokens 32 --batch $b --prefill 16
   done
 done >"$out/bench.jsonl" 2>"$out/bench-stderr.log"
 
-# Which kernels take a decode step's time (when Nsight Systems is there).
-if command -v nsys >/dev/null 2>&1; then
-  nsys profile --stats=true --force-overwrite=true -o /tmp/tandem-decode-profile \
-    "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 128 --tokens 256 \
-    --prefill 16 >"$out/profile.txt" 2>&1
-fi
-
-{
-  for model in models/*-demo; do
-    [ -f "$model/model.safetensors" ] || continue
-    for set in demo-text demo-vision; do
-      echo "== $model --set $set --device cuda"
-      timeout 120 "$build/tandem" coherence "$model" --set "$set" --timeout 30 -- --device cuda ||
-        status=1
-    done
+# Affine 4/8-bit weights quantized on load (group 64): batch 1 on two 1B
+# shapes, and 32 sequences.
+if [ -n "$configs" ] && [ "$mode" != quick ]; then
+  for q in 4 8; do
+    timeout 120 "$build/bench_cuda_decode" bench/configs/gemma-3-1b.json --context 128 \
+      --tokens 128 --prefill 512 --quantize $q
+    timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 128 \
+      --tokens 128 --prefill 512 --quantize $q
   done
-} >"$out/serve.log" 2>&1
+  timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 1024 \
+    --tokens 32 --batch 32 --prefill 16 --quantize 4
+fi >>"$out/bench.jsonl" 2>>"$out/bench-stderr.log"
+
+# Which ops take a decode step's time: the decoder's own per-op timing
+# (bench_cuda_decode --profile), batch 1 for each shape, batch 32 for one.
+for m in $configs; do
+  c=bench/configs/$m.json
+  [ -f "$c" ] || continue
+  timeout 120 "$build/bench_cuda_decode" "$c" --context 1024 --tokens 16 --prefill 16 --profile
+  [ "$mode" = quick ] || [ "$m" != llama-3.2-1b ] && continue
+  timeout 120 "$build/bench_cuda_decode" "$c" --context 1024 --tokens 16 --batch 32 --prefill 16 \
+    --profile
+done >"$out/profile.jsonl" 2>"$out/profile.txt"
+
+# The server on the GPU (when BUILD_DIR has tandem): the demo models in
+# models/ (or, where their weights are not in this checkout, the built-in
+# one) through tandem coherence on both lanes; the same seeded request twice
+# (device sampling must repeat itself); /v1/status; and TTFT / ITL at
+# concurrency 1 and 32 on llama-3.2-1b's shapes (loadgen).
+if [ -x "$build/tandem" ]; then
+  {
+    served=0
+    for model in models/*-demo; do
+      [ -f "$model/model.safetensors" ] || continue
+      served=1
+      for set in demo-text demo-vision; do
+        echo "== $model --set $set --device cuda"
+        timeout 120 "$build/tandem" coherence "$model" --set "$set" --timeout 30 -- --device cuda ||
+          status=1
+      done
+    done
+    port=8131
+    "$build/tandem" serve --device cuda --port $port >"$out/serve-builtin.log" 2>&1 &
+    pid=$!
+    python3 scripts/gpu-serve-check.py "http://127.0.0.1:$port" "$out/status.json" || status=1
+    if [ $served = 0 ]; then
+      for set in demo-text demo-vision seed; do
+        echo "== built-in demo model --set $set --device cuda"
+        timeout 120 "$build/tandem" coherence --url "http://127.0.0.1:$port" --set "$set" \
+          --timeout 30 || status=1
+      done
+    fi
+    kill $pid
+    wait $pid 2>/dev/null
+    if [ -x "$build/loadgen" ]; then
+      "$build/tandem" synth bench/configs/llama-3.2-1b.json /tmp/tandem-l1b >/dev/null 2>&1
+      "$build/tandem" serve /tmp/tandem-l1b --device cuda --port 8132 --max-concurrent 64 \
+        >"$out/serve-l1b.log" 2>&1 &
+      pid=$!
+      python3 scripts/gpu-serve-check.py "http://127.0.0.1:8132" "" --wait-only || status=1
+      echo "== loadgen, llama-3.2-1b shapes, --device cuda"
+      timeout 300 "$build/loadgen" --url http://127.0.0.1:8132 --concurrency 1,32 --requests 64 \
+        --prompt-tokens 128 --max-tokens 64 || status=1
+      kill $pid
+      wait $pid 2>/dev/null
+    fi
+  } >"$out/serve.log" 2>&1
+fi
 exit $status

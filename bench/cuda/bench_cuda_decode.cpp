@@ -3,7 +3,8 @@
 // at a real model's shapes:
 //
 //   bench_cuda_decode CONFIG.json [--dtype bf16] [--context 128] [--tokens 128]
-//                     [--batch 1] [--prefill 512]
+//                     [--batch 1] [--prefill 512] [--quantize 4|8] [--host-logits]
+//                     [--profile]
 //
 // Writes the checkpoint to a temporary folder (tandem synth; kept, and
 // reused by later runs on the same config and dtype), prefills
@@ -15,6 +16,15 @@
 // the fraction of the measured device copy bandwidth; and the prefill of
 // `prefill` tokens in one sequence: tok/s and TFLOP/s (2 · streamed
 // parameters per token, attention excluded).
+//
+// --quantize quantizes the checkpoint on load (affine, group 64, as
+// `--quantize q4|q8`), so the bytes streamed are the packed codes, scales and
+// biases. Decode steps sample greedily on the device, as the engine does for
+// requests without constraints or logprobs; --host-logits copies every
+// sequence's logits to the host instead (the engine's other path).
+// --profile then runs one more step eagerly with a timing event after each
+// op and prints, per op kind, its device time, share of the step and
+// achieved weight bandwidth (Decoder::profile_step).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -65,13 +75,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string config = argv[1], dtype = "bf16";
-  int64_t context = 128, tokens = 128, batch = 1, prefill = 512;
-  for (int i = 2; i + 1 < argc; i += 2) {
+  int64_t context = 128, tokens = 128, batch = 1, prefill = 512, quantize = 0;
+  bool host_logits = false, profile = false;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--host-logits")) host_logits = true;
+    if (!std::strcmp(argv[i], "--profile")) profile = true;
+  }
+  for (int i = 2; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
     if (!std::strcmp(argv[i], "--context")) context = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--prefill")) prefill = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--quantize")) quantize = std::atoll(argv[i + 1]);
   }
   std::string why;
   if (cuda::device_count(&why) == 0) {
@@ -87,7 +103,10 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(dir);
     synth_checkpoint(config, dir, dtype == "f32" ? DType::F32 : DType::BF16, 1);
   }
-  auto model = load_model(dir);
+  LoadOptions load;
+  load.quantize_bits = int(quantize);
+  load.quantize_group_size = 64;
+  auto model = load_model(dir, load);
   const ModelSpec& s = model->spec;
   const int64_t V = s.vocab, step_tokens = std::max<int64_t>({256, batch, prefill});
   const int64_t per_seq = context + tokens + 1;
@@ -112,26 +131,46 @@ int main(int argc, char** argv) {
   // Decode: `batch` sequences at `context`.
   std::vector<SequenceKv> kv(static_cast<size_t>(batch));
   for (auto& q : kv) run_sequence(dec, ids.data(), context, q, logits.data(), false);
-  std::vector<int32_t> next(static_cast<size_t>(batch), 1);
-  auto decode_step = [&] {
+  std::vector<int32_t> next(static_cast<size_t>(batch), 1), sampled(static_cast<size_t>(batch));
+  std::vector<StepSampling> sampling(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) sampling[size_t(b)].token = &sampled[size_t(b)];
+  auto decode_step = [&](bool profiled) {
     std::vector<SeqStep> step;
     for (int64_t b = 0; b < batch; ++b) {
       if (!kv_reserve(kv_pool, s, kv[size_t(b)], kv[size_t(b)].length + 1)) {
         std::fprintf(stderr, "bench_cuda_decode: KV pool exhausted\n");
         std::exit(1);
       }
-      step.push_back(SeqStep{&next[size_t(b)], 1, &kv[size_t(b)], logits.data() + b * V, false});
+      SeqStep q{&next[size_t(b)], 1, &kv[size_t(b)], nullptr, false};
+      if (host_logits)
+        q.logits = logits.data() + b * V;
+      else
+        q.sampling = &sampling[size_t(b)];
+      step.push_back(q);
     }
-    dec.step(step);
+    if (!profiled) {
+      dec.step(step);
+    } else {
+      const auto ops = dec.profile_step(step);
+      double total = 0;
+      for (const auto& op : ops) total += op.ms;
+      std::fprintf(stderr, "profile: %s batch %lld context %lld, one eager step: %.3f ms\n",
+                   config.c_str(), (long long)batch, (long long)context, total);
+      std::fprintf(stderr, "  %-34s %5s %9s %6s %9s\n", "op", "calls", "ms", "share", "GB/s");
+      for (const auto& op : ops)
+        std::fprintf(stderr, "  %-34s %5d %9.4f %5.1f%% %9.0f\n", op.op.c_str(), op.calls, op.ms,
+                     100.0 * op.ms / total, op.bytes ? double(op.bytes) / (op.ms * 1e6) : 0.0);
+    }
     for (int64_t b = 0; b < batch; ++b) {
       kv_trim_sliding(kv_pool, s, kv[size_t(b)]);
       next[size_t(b)] = int32_t((next[size_t(b)] * 31 + 7 + b) % V);
     }
   };
-  for (int i = 0; i < 3; ++i) decode_step();  // captures the graph
+  for (int i = 0; i < 3; ++i) decode_step(false);  // captures the graph
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < tokens; ++i) decode_step();
+  for (int64_t i = 0; i < tokens; ++i) decode_step(false);
   const double secs = seconds_since(t0);
+  if (profile) decode_step(true);
   const double steps_s = double(tokens) / secs;
   // Bytes one step reads: the weights once, and each sequence's K and V rows
   // in the positions its layers attend (the window on sliding layers).
@@ -147,18 +186,22 @@ int main(int argc, char** argv) {
   const double step_bytes = double(dec.streamed_bytes()) + double(batch) * kv_bytes;
   const double gbs = step_bytes * steps_s / 1e9;
   const double peak = copy_gbs();
-  const double params = double(dec.streamed_bytes()) / (dtype == "f32" ? 4.0 : 2.0);
+  // Parameters streamed (for prefill TFLOP/s): bytes over the stored width
+  // (quantized: the codes plus f32 scale and bias per group of 64).
+  const double width = quantize ? double(quantize) / 8 + 8.0 / 64 : dtype == "f32" ? 4.0 : 2.0;
+  const double params = double(dec.streamed_bytes()) / width;
   std::printf(
       "{\"config\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, "
+      "\"logits\": \"%s\", \"quantized\": \"%s\", "
       "\"context\": %lld, \"tokens\": %lld, \"decode_tok_s\": %.1f, \"step_ms\": %.3f, "
       "\"weight_bytes\": %zu, \"streamed_bytes\": %zu, \"kv_bytes_per_step\": %.0f, \"gbs\": %.1f, "
       "\"copy_gbs\": %.1f, "
       "\"fraction\": %.3f, \"prefill_tokens\": %lld, \"prefill_tok_s\": %.1f, "
       "\"prefill_tflops\": %.2f}\n",
       config.c_str(), cuda::device_info(0).name.c_str(), dtype.c_str(), (long long)batch,
-      (long long)context, (long long)tokens, steps_s * double(batch), 1e3 / steps_s,
-      dec.weight_bytes(), dec.streamed_bytes(), double(batch) * kv_bytes, gbs, peak, gbs / peak,
-      (long long)prefill, double(prefill) / prefill_s,
-      2.0 * params * double(prefill) / prefill_s / 1e12);
+      host_logits ? "host" : "device greedy", quantize ? (quantize == 4 ? "q4" : "q8") : "", (long long)context, (long long)tokens,
+      steps_s * double(batch), 1e3 / steps_s, dec.weight_bytes(), dec.streamed_bytes(),
+      double(batch) * kv_bytes, gbs, peak, gbs / peak, (long long)prefill,
+      double(prefill) / prefill_s, 2.0 * params * double(prefill) / prefill_s / 1e12);
   return 0;
 }

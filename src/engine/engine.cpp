@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <unordered_map>
 
 #include "backend/cpu/kernels.h"
 #include "core/clock.h"
@@ -99,6 +100,12 @@ struct Sequence {
   std::unique_ptr<StopMatcher> stop;
   std::unique_ptr<TokenConstraint> constraint;  // params.constraint's, for this sequence
   std::vector<float> logits;                    // [V], valid after a step that fed its last token
+  // Sampling on the device instead (StepRunner::samples_on_device): the
+  // request and, after the step, the sampled id (-1: NaN logits).
+  bool device_sampled = false;
+  StepSampling device_sampling;
+  std::vector<TokenPenalty> penalties;
+  int32_t device_token = -1;
 
   // Vision lane only: the images, how many are encoded, their soft tokens
   // (in order) and, once all are encoded, where they go in the prompt.
@@ -386,9 +393,11 @@ struct Engine::Impl {
     int64_t prompt_tokens = 0;
     for (auto [seq, n] : plan) {
       const bool last = seq->kv.length + n == int64_t(seq->tokens.size());
-      seq->logits.resize(size_t(spec.vocab));
+      seq->device_sampled = last && samples_on_device(*seq);
+      if (!seq->device_sampled) seq->logits.resize(size_t(spec.vocab));
       SeqStep step{seq->tokens.data() + seq->kv.length, n, &seq->kv,
-                   last ? seq->logits.data() : nullptr, false};
+                   last && !seq->device_sampled ? seq->logits.data() : nullptr, false};
+      if (seq->device_sampled) step.sampling = &prepare_device_sampling(*seq);
       if (seq->vision_lane() && seq->kv.length < seq->prompt_len) {
         // Tokens past the prompt (recomputed after preemption) are text.
         ImagePlacement& p = seq->placement;
@@ -551,17 +560,57 @@ struct Engine::Impl {
     }
   }
 
-  // Samples the next token of a sequence whose logits are fresh; returns 1 if
-  // a token was added.
+  // Whether the runner samples this sequence's next token itself: it can,
+  // and nothing needs the host's logits (an output constraint, logprobs,
+  // the forced-output test hook, an injected NaN fault).
+  bool samples_on_device(const Sequence& seq) const {
+    return decoder->samples_on_device() && !seq.constraint && seq.params.top_logprobs < 0 &&
+           config.forced_output.empty() && faults.nan_logits == 0;
+  }
+
+  // The device sampling request of a sequence about to get its next token:
+  // its parameters, one draw from its generator (none when greedy, as the
+  // CPU Sampler) and, when penalized, its distinct tokens.
+  const StepSampling& prepare_device_sampling(Sequence& seq) {
+    StepSampling& d = seq.device_sampling;
+    const SamplingParams& p = seq.params.sampling;
+    d.params = p;
+    d.uniform = p.temperature > 0.0f ? seq.sampler.uniform() : 0.0;
+    seq.penalties.clear();
+    if (p.penalized()) {
+      std::unordered_map<int32_t, size_t> at;
+      for (size_t i = 0; i < seq.tokens.size(); ++i) {
+        const int32_t id = seq.tokens[i];
+        auto [it, fresh] = at.try_emplace(id, seq.penalties.size());
+        if (fresh) seq.penalties.push_back(TokenPenalty{id, 0, 1});
+        if (int64_t(i) >= seq.prompt_len) seq.penalties[it->second].count++;
+      }
+    }
+    d.penalties = seq.penalties;
+    seq.device_token = -1;
+    d.token = &seq.device_token;
+    return d;
+  }
+
+  // Samples the next token of a sequence whose logits are fresh (or whose
+  // token the runner sampled); returns 1 if a token was added.
   int64_t sample_next(Sequence& seq) {
     const ModelSpec& spec = model.spec;
+    GenerationEvent e;
+    if (seq.device_sampled) {
+      seq.device_sampled = false;
+      if (seq.device_token < 0) {
+        finish(seq, FinishReason::Error, "the model produced NaN logits");
+        return 0;
+      }
+      return emit_token(seq, seq.device_token, nullptr, {}, std::move(e));
+    }
     float* logits = seq.logits.data();
     for (int64_t i = 0; i < spec.vocab; ++i)
       if (std::isnan(logits[i])) {
         finish(seq, FinishReason::Error, "the model produced NaN logits");
         return 0;
       }
-    GenerationEvent e;
     std::vector<float> logprobs;
     if (seq.params.top_logprobs >= 0) log_softmax(logits, spec.vocab, logprobs);
     std::span<const int32_t> prompt(seq.tokens.data(), size_t(seq.prompt_len));
@@ -586,6 +635,14 @@ struct Engine::Impl {
         return 0;
       }
     }
+    return emit_token(seq, id, constraint, logprobs, std::move(e));
+  }
+
+  // Adds the chosen token (or ends the sequence at EOS) and streams it.
+  int64_t emit_token(Sequence& seq, int32_t id, const TokenConstraint* constraint,
+                     const std::vector<float>& logprobs, GenerationEvent e) {
+    const ModelSpec& spec = model.spec;
+    const bool eos = std::find(spec.eos_ids.begin(), spec.eos_ids.end(), id) != spec.eos_ids.end();
     if (eos && (constraint || !seq.params.ignore_eos)) {
       finish(seq, FinishReason::Stop);
       return 0;

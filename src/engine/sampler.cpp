@@ -23,6 +23,10 @@ void log_softmax(const float* logits, int64_t n, std::vector<float>& out) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+double Sampler::uniform() {
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
 void Sampler::apply_penalties(float* logits, int64_t vocab, std::span<const int32_t> prompt,
                               std::span<const int32_t> output) {
   const auto in_vocab = [&](int32_t id) { return id >= 0 && id < vocab; };

@@ -15,18 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
-namespace tandem {
+#include "core/sampling_params.h"
 
-struct SamplingParams {
-  float temperature = 0.0f;
-  int32_t top_k = 0;                // 0 = off
-  float top_p = 1.0f;               // 1 = off
-  float min_p = 0.0f;               // 0 = off
-  float repetition_penalty = 1.0f;  // 1 = off
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  uint64_t seed = 0;
-};
+namespace tandem {
 
 class Sampler {
  public:
@@ -36,6 +27,9 @@ class Sampler {
   // may be modified in place by the penalties.
   int32_t sample(float* logits, int64_t vocab, std::span<const int32_t> prompt = {},
                  std::span<const int32_t> output = {});
+  // One draw in [0, 1) from the generator, for a sampler elsewhere (the
+  // device's) that takes the place of sample() for a token.
+  double uniform();
 
  private:
   void apply_penalties(float* logits, int64_t vocab, std::span<const int32_t> prompt,

@@ -52,7 +52,8 @@ Decoder::Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool, int64_t 
   ple_gate_.resize(T * size_t(s.ple_dim));
 }
 
-int64_t check_step(const ModelSpec& s, std::span<const SeqStep> batch, int64_t max_step_tokens) {
+int64_t check_step(const ModelSpec& s, std::span<const SeqStep> batch, int64_t max_step_tokens,
+                   bool samples_on_device) {
   const int64_t V = s.vocab;
   int64_t tokens = 0;
   for (const SeqStep& q : batch) {
@@ -66,6 +67,10 @@ int64_t check_step(const ModelSpec& s, std::span<const SeqStep> batch, int64_t m
         if (q.key_end[i] <= q.kv->length + i || q.key_end[i] > q.kv->length + q.n)
           fail("step: token %lld's visible keys end at %lld, outside this step", (long long)i,
                (long long)q.key_end[i]);
+    if (q.sampling && !samples_on_device)
+      fail("step: this runner does not sample on the device; ask for logits instead");
+    if (q.sampling && (q.logits || !q.sampling->token))
+      fail("step: a sampled sequence takes a token slot and no logits");
     if (!covers(s, *q.kv, q.kv->length + q.n))
       fail("step: KV blocks not reserved for %lld positions", (long long)(q.kv->length + q.n));
     tokens += q.n;

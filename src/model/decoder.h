@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/sampling_params.h"
 #include "core/thread_pool.h"
 #include "model/kv_pool.h"
 #include "model/model.h"
@@ -16,6 +17,22 @@
 #include "model/step_runner.h"
 
 namespace tandem {
+
+// A token the penalties of a sampled row touch: `count` times in the
+// output, `seen` when in the prompt or the output.
+struct TokenPenalty {
+  int32_t id = 0, count = 0, seen = 0;
+};
+
+// Sampling by the step runner itself (StepRunner::samples_on_device()), so
+// only the token id reaches the host: the sequence's last-token logits are
+// penalized and sampled under the Sampler contract (engine/sampler.h).
+struct StepSampling {
+  SamplingParams params;                    // seed unused: `uniform` is the draw
+  double uniform = 0.0;                     // one draw in [0, 1) from the sequence's generator
+  std::span<const TokenPenalty> penalties;  // each distinct prompt/output token, when penalized
+  int32_t* token = nullptr;                 // out: the id, or -1 when the logits held a NaN
+};
 
 // One sequence's part of a step.
 struct SeqStep {
@@ -25,12 +42,13 @@ struct SeqStep {
   float* logits = nullptr;   // [n, V] when all_logits, [V] for the last token, or null
   bool all_logits = false;
   // Multimodal prefill (both optional, [n] each):
-  const float* const* embeds = nullptr;  // a [D] row replacing token i's embedding (image
-                                         // features, unscaled), or null for the token's own
-  const int64_t* key_end = nullptr;      // token i sees keys below this position: i's own
-                                         // position + 1 (causal) or the end of its image run
-                                         // (bidirectional within an image; the run must be in
-                                         // this step)
+  const float* const* embeds = nullptr;    // a [D] row replacing token i's embedding (image
+                                           // features, unscaled), or null for the token's own
+  const int64_t* key_end = nullptr;        // token i sees keys below this position: i's own
+                                           // position + 1 (causal) or the end of its image run
+                                           // (bidirectional within an image; the run must be in
+                                           // this step)
+  const StepSampling* sampling = nullptr;  // instead of logits: sample the last token's row
 };
 
 // The CPU backend's StepRunner.
@@ -83,7 +101,8 @@ class Decoder : public StepRunner {
 // sequence has tokens, ids in [0, V), key_end inside its own step, KV blocks
 // reserved for its new length, and the step within `max_step_tokens`.
 // Throws Error naming the fault; returns the step's token count.
-int64_t check_step(const ModelSpec& spec, std::span<const SeqStep> batch, int64_t max_step_tokens);
+int64_t check_step(const ModelSpec& spec, std::span<const SeqStep> batch, int64_t max_step_tokens,
+                   bool samples_on_device = false);
 
 // A KV pool sized for one sequence of up to `capacity` positions (block ids
 // only, without host storage, when `host_storage` is false: a GPU runner's).

@@ -27,6 +27,8 @@ class StepRunner {
   virtual void step(std::span<const SeqStep> batch) = 0;
   // "cpu" or "cuda:N", for logs and /v1/status.
   virtual const char* device_name() const = 0;
+  // Whether steps may ask for sampling (SeqStep::sampling) instead of logits.
+  virtual bool samples_on_device() const { return false; }
 };
 
 }  // namespace tandem

@@ -1,6 +1,7 @@
 // The attention half of a layer on the GPU against the CPU backend: paged
 // attention (GQA, sliding window, soft-cap, bidirectional key_end, shuffled
-// block tables, head dims up to 512), RoPE, and the KV write.
+// block tables, head dims up to 512 and not a multiple of 4, up to 8 query
+// heads per kv head), RoPE, and the KV write.
 // Attention runs with 1, 3 and 7 key-range splits (flash-decoding).
 // Tolerances: attention |gpu - cpu| ≤ 2e-5 + 2e-5·|cpu| (online vs two-pass
 // softmax); RoPE ≤ 1e-5 · (|a| + |b|) (sincosf vs libm); KV write exact.
@@ -16,9 +17,11 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/thread_pool.h"
+#include "cuda_test_util.h"
 #include "model/rope.h"
 
 using namespace tandem;
+using namespace tandem::cuda_test;
 
 namespace {
 
@@ -29,28 +32,6 @@ class CudaAttention : public testing::Test {
     if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
   }
 };
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-template <class T>
-cuda::DeviceBuffer upload(const std::vector<T>& v) {
-  cuda::DeviceBuffer b(std::max<size_t>(1, v.size()) * sizeof(T));
-  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-std::vector<float> download(const cuda::DeviceBuffer& b, size_t n) {
-  std::vector<float> v(n);
-  cudaDeviceSynchronize();
-  b.download(v.data(), n * sizeof(float));
-  return v;
-}
 
 struct Case {
   int64_t heads, kv_heads, head_dim, ctx, n, window;
@@ -64,7 +45,10 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
   for (const Case& c :
        {Case{4, 2, 32, 40, 1, 0, 0.f, false}, Case{8, 8, 64, 300, 5, 0, 0.f, false},
         Case{4, 1, 256, 77, 3, 16, 0.f, false}, Case{2, 2, 512, 50, 2, 0, 50.f, false},
-        Case{4, 2, 96, 64, 20, 0, 0.f, true}, Case{6, 3, 80, 33, 33, 8, 0.f, false}}) {
+        Case{4, 2, 96, 64, 20, 0, 0.f, true}, Case{6, 3, 80, 33, 33, 8, 0.f, false},
+        // Gemma 4 E2B's global layers (8 query heads on one kv head of 512)
+        // and a head dim that is not a multiple of 4.
+        Case{8, 1, 512, 70, 2, 0, 0.f, false}, Case{6, 2, 18, 45, 3, 0, 0.f, false}}) {
     const int64_t kv_dim = c.kv_heads * c.head_dim, q_dim = c.heads * c.head_dim;
     const int64_t nblocks = (c.ctx + block_size - 1) / block_size;
     // Blocks in shuffled order inside a pool with spare blocks.
@@ -72,9 +56,9 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
     std::iota(table.begin(), table.end(), 3);
     std::shuffle(table.begin(), table.end(), std::mt19937(9));
     const int64_t pool_blocks = nblocks + 5;
-    const auto k = randn(size_t(pool_blocks * block_size * kv_dim), 1);
-    const auto v = randn(size_t(pool_blocks * block_size * kv_dim), 2);
-    const auto q = randn(size_t(c.n * q_dim), 3);
+    const auto k = random_floats(size_t(pool_blocks * block_size * kv_dim), 1);
+    const auto v = random_floats(size_t(pool_blocks * block_size * kv_dim), 2);
+    const auto q = random_floats(size_t(c.n * q_dim), 3);
     const int64_t pos0 = c.ctx - c.n;
     std::vector<int64_t> key_end(size_t(c.n));
     for (int64_t t = 0; t < c.n; ++t)  // bidirectional: the first half sees the whole chunk
@@ -124,7 +108,7 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
       gp.splits = splits;
       gp.partial = partial.as<float>();
       cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr);
-      const auto got = download(dout, want.size());
+      const auto got = download<float>(dout, want.size());
       size_t bad = 0;
       for (size_t i = 0; i < got.size(); ++i)
         if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 2e-5 * std::fabs(want[i])) && bad++ < 3)
@@ -144,7 +128,7 @@ TEST_F(CudaAttention, RopeMatchesCpu) {
     spec.type = partial < 1 ? RopeType::Proportional : RopeType::Default;
     const int64_t head_dim = 128, heads = 3, n = 9;
     const RopeTable table = make_rope_table(spec, head_dim);
-    const auto x = randn(size_t(n * heads * head_dim), 4);
+    const auto x = random_floats(size_t(n * heads * head_dim), 4);
     std::vector<int64_t> positions = {0, 1, 2, 17, 255, 1000, 4095, 20000, 32767};
     std::vector<float> want = x;
     for (int64_t t = 0; t < n; ++t)
@@ -152,7 +136,7 @@ TEST_F(CudaAttention, RopeMatchesCpu) {
     auto dx = upload(x), dp = upload(positions), df = upload(table.inv_freq);
     cuda::rope_rotate_half(dx.as<float>(), n, heads, head_dim, dp.as<int64_t>(), df.as<float>(),
                            table.rotary_dim, table.attention_scaling, nullptr);
-    const auto got = download(dx, x.size());
+    const auto got = download<float>(dx, x.size());
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-5 * (std::fabs(x[i]) + 4.0))
           << "partial " << partial << " [" << i << "]";
@@ -162,7 +146,7 @@ TEST_F(CudaAttention, RopeMatchesCpu) {
 TEST_F(CudaAttention, KvWriteFillsThePagedRows) {
   const int64_t kv_dim = 24, block_size = 16, n = 21, pos0 = 13;
   const std::vector<int32_t> table = {4, 0, 2};  // positions 0..47
-  const auto rows = randn(size_t(n * kv_dim), 5);
+  const auto rows = random_floats(size_t(n * kv_dim), 5);
   cuda::DeviceBuffer base(size_t(5 * block_size * kv_dim) * sizeof(float));
   cudaMemset(base.get(), 0, base.bytes());
   std::vector<int64_t> positions(static_cast<size_t>(n));
@@ -177,7 +161,7 @@ TEST_F(CudaAttention, KvWriteFillsThePagedRows) {
   at.tables = dt.as<int32_t>();
   at.table_start = dst.as<int32_t>();
   cuda::kv_write(dr.as<float>(), n, kv_dim, base.as<float>(), block_size, at, nullptr);
-  const auto got = download(base, size_t(5 * block_size * kv_dim));
+  const auto got = download<float>(base, size_t(5 * block_size * kv_dim));
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = pos0 + t;
     const float* dst =

@@ -17,8 +17,10 @@
 #include "backend/cuda/runtime.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "cuda_test_util.h"
 
 using namespace tandem;
+using namespace tandem::cuda_test;
 
 namespace {
 
@@ -30,33 +32,10 @@ class CudaKernels : public testing::Test {
   }
 };
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
   return out;
-}
-
-template <class T>
-cuda::DeviceBuffer upload(const std::vector<T>& v) {
-  cuda::DeviceBuffer b(v.size() * sizeof(T));
-  b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> download(const cuda::DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  cudaDeviceSynchronize();
-  b.download(v.data(), n * sizeof(T));
-  return v;
 }
 
 void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel,
@@ -126,6 +105,31 @@ TEST_F(CudaKernels, RmsnormMatchesCpu) {
                     dx.as<float>(), nullptr);  // in place
       expect_close(download<float>(dx, x.size()), want, 2e-6, 1e-6,
                    "rmsnorm dim " + std::to_string(dim));
+    }
+}
+
+// residual_norm: h += d (or rmsnorm(d) · w_d), then x = rmsnorm(h) · w_x,
+// against the CPU ops composed, over every register-tile size of the kernel
+// (dims up to 1024, 2048, 4096, 8192) and the loop fallback above.
+TEST_F(CudaKernels, ResidualNormMatchesCpu) {
+  for (int64_t dim : {5, 640, 2048, 2304, 5376, 8192, 9000})
+    for (int mode = 0; mode < 3; ++mode) {  // plain add; post-normed delta; no next norm
+      const int64_t n = 3;
+      const auto h = random_floats(size_t(n * dim), 7, 2.f), d = random_floats(size_t(n * dim), 8);
+      const auto wd = random_floats(size_t(dim), 9), wx = random_floats(size_t(dim), 10);
+      std::vector<float> want_h = h, normed(d.size()), want_x(h.size());
+      if (mode == 1) cpu::rmsnorm(d.data(), wd.data(), n, dim, 1e-6f, normed.data());
+      for (size_t i = 0; i < h.size(); ++i) want_h[i] += mode == 1 ? normed[i] : d[i];
+      cpu::rmsnorm(want_h.data(), wx.data(), n, dim, 1e-6f, want_x.data());
+      auto dh = upload(h), dd = upload(d), dwd = upload(wd), dwx = upload(wx);
+      cuda::DeviceBuffer dx(h.size() * 4);
+      cuda::residual_norm(dh.as<float>(), dd.as<float>(), mode == 1 ? dwd.as<float>() : nullptr,
+                          dwx.as<float>(), mode == 2 ? nullptr : dx.as<float>(), n, dim, 1e-6f,
+                          nullptr);
+      const std::string what =
+          "residual_norm dim " + std::to_string(dim) + " mode " + std::to_string(mode);
+      expect_close(download<float>(dh, h.size()), want_h, 2e-6, 1e-6, what + " h");
+      if (mode != 2) expect_close(download<float>(dx, h.size()), want_x, 2e-6, 1e-6, what + " x");
     }
 }
 

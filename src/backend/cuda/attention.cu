@@ -4,12 +4,12 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 namespace tandem::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
 constexpr int kMaxDimsPerLane = 16;  // head_dim ≤ 512
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -34,148 +34,264 @@ __device__ __forceinline__ int64_t kv_offset(const StepLayout& at, int64_t t, in
   return (int64_t(block) * block_size + j % block_size) * kv_dim;
 }
 
-// One block per (token, head, split). Each of the 4 warps takes tiles of 32
-// keys of the split's range in turn: every lane scores one key (the whole
-// q·k dot product, q from shared memory), the warp keeps an online softmax
-// over its tiles (one max and one sum reduction per tile), and the values
-// are accumulated with each lane owning dims lane, lane + 32, ... . The
-// warps merge in shared memory; the result is final (splits == 1) or a
-// partial (m, l, unnormalized o) for attention_combine_kernel.
-// DPL: head dims per lane (head_dim ≤ 32 · DPL), a compile-time bound so the
-// value loop unrolls and keeps its loads in flight together.
-template <int DPL>
-__global__ void attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
-                                 float* __restrict__ out) {
-  const int64_t t = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
+constexpr int kThreads = 128;  // per attention block
+
+// Keys per tile: K and V tiles of tile · head_dim ≤ 2048 floats each, two of
+// each in flight (double buffering): 32 KiB of shared memory.
+__host__ __device__ constexpr int tile_keys(int64_t head_dim) {
+  return head_dim <= 64 ? 32 : head_dim <= 128 ? 16 : head_dim <= 256 ? 8 : 4;
+}
+
+// 16 bytes global → shared without passing through registers (sm_80+);
+// `valid` false writes zeros.
+__device__ __forceinline__ void copy16_async(float* dst, const float* src, bool valid) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void copy_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// One block of 128 threads per (token, kv head, split): the G = heads /
+// kv_heads query heads that read the same K/V rows (GQA) share the block, so
+// each row is read from memory once. The split's key range is walked in
+// tiles; the next tile's K and V rows are copied to shared memory
+// asynchronously while the current one is computed:
+//  1. the G · tile scores q·k, each by a group of L lanes (L = 128 / (G ·
+//     tile), at least 1) that split the dims and reduce by shuffles; the
+//     dims are walked from a rotation that depends on the key, so K reads
+//     hit distinct banks;
+//  2. one warp per head: the tile's max, the weights exp(s - m) and the
+//     online-softmax rescaling of the head's running sum;
+//  3. each thread updates the OPT outputs (head, dim) it owns, kept in
+//     registers: acc = acc · correction + Σ_key w · v.
+// Index math inside the block is 32-bit (64-bit division is emulated and
+// was once this kernel's largest cost). The result is final (splits == 1)
+// or a partial (m, l, unnormalized o) for attention_combine_kernel.
+template <int OPT>
+__global__ void __launch_bounds__(kThreads)
+    attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
+                     float* __restrict__ out) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int G = int(p.heads / p.kv_heads), Dh = int(p.head_dim);
+  const int64_t t = blockIdx.x / p.kv_heads, kvh = blockIdx.x % p.kv_heads;
   const int split = int(blockIdx.y);
-  const int64_t kvh = h / (p.heads / p.kv_heads);
-  const int64_t kv_dim = p.kv_heads * p.head_dim, q_dim = p.heads * p.head_dim;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t kv_dim = p.kv_heads * Dh, q_dim = p.heads * Dh;
+  const int tile = tile_keys(Dh), tile_floats = tile * Dh;
   const int64_t pos = at.positions[t];
   const int64_t lo = p.window > 0 ? (pos - p.window + 1 > 0 ? pos - p.window + 1 : 0) : 0;
   const int64_t hi = at.key_end[t];
   const int64_t chunk = (hi - lo + p.splits - 1) / p.splits;
   const int64_t first = lo + split * chunk;
   const int64_t end = first + chunk < hi ? first + chunk : hi;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool vec4 = p.head_dim % 4 == 0 && kv_dim % 4 == 0;
+  // The sequence's block table, indexed by position / block_size.
+  const int64_t sq = at.seq[t];
+  const int32_t* table = at.tables + at.table_start[sq] - (at.first_block ? at.first_block[sq] : 0);
+  const int shift = p.block_shift;
+  const int64_t in_block = (int64_t(1) << shift) - 1;
+  auto row = [&](int64_t j) {  // offset of key j's row for this kv head
+    return ((int64_t(table[j >> shift]) << shift) + (j & in_block)) * kv_dim + kvh * Dh;
+  };
 
-  __shared__ float qs[32 * kMaxDimsPerLane];
-  const float* qh = q + t * q_dim + h * p.head_dim;
-  for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) qs[d] = qh[d];
-  __syncthreads();
+  // Shared: q [G][Dh], two K and two V tiles [tile][Dh], weights [G][tile],
+  // and per head m, l and this tile's correction.
+  extern __shared__ float shared[];
+  float* qs = shared;
+  float* kbuf = qs + G * Dh;
+  float* vbuf = kbuf + 2 * tile_floats;
+  float* ws = vbuf + 2 * tile_floats;
+  float* ms = ws + G * tile;
+  float* ls = ms + G;
+  float* cs = ls + G;
 
-  float acc[DPL];  // dims lane, lane + 32, ...
+  const float* qg = q + t * q_dim + kvh * G * Dh;
+  for (int i = threadIdx.x; i < G * Dh; i += kThreads) qs[i] = qg[i];
+  for (int g = threadIdx.x; g < G; g += kThreads) {
+    ms[g] = -FLT_MAX;
+    ls[g] = 0.f;
+  }
+  float acc[OPT];
+  int out_g[OPT], out_d[OPT];  // the (head, dim) of each output this thread owns
 #pragma unroll
-  for (int i = 0; i < DPL; ++i) acc[i] = 0.f;
-  float m = -FLT_MAX, l = 0.f;
-  for (int64_t base = first + int64_t(warp) * 32; base < end; base += 32 * kWarps) {
-    const int64_t j = base + lane;
-    const bool valid = j < end;
-    const int64_t off = valid ? kv_offset(at, t, j, p.block_size, kv_dim) + kvh * p.head_dim : 0;
-    float s = -FLT_MAX;
-    if (valid) {
-      const float* k = p.k_base + off;
+  for (int i = 0; i < OPT; ++i) {
+    acc[i] = 0.f;
+    const int o = threadIdx.x + kThreads * i;
+    out_g[i] = o / Dh;
+    out_d[i] = o % Dh;
+  }
+  const bool vec4 = Dh % 4 == 0 && kv_dim % 4 == 0;
+  const int per_row = Dh / 4;
+  // Lanes per score: a power of two with G · tile · L ≤ 128.
+  int L = 1;
+  while (L < 32 && G * tile * L * 2 <= kThreads) L *= 2;
+
+  // Fills buffer b with the tile at `base` (missing keys: zeros); vector
+  // path asynchronous, scalar path synchronous.
+  auto fetch = [&](int64_t base, int b) {
+    const int n = int(end - base < tile ? end - base : tile);
+    float* kd = kbuf + b * tile_floats;
+    float* vd = vbuf + b * tile_floats;
+    if (vec4) {
+      for (int i = threadIdx.x; i < tile * per_row; i += kThreads) {
+        const int key = i / per_row, c = i % per_row;
+        const bool ok = key < n;
+        const int64_t off = ok ? row(base + key) + 4 * c : 0;
+        copy16_async(kd + 4 * i, p.k_base + off, ok);
+        copy16_async(vd + 4 * i, p.v_base + off, ok);
+      }
+      copy_commit();
+    } else {
+      for (int i = threadIdx.x; i < tile_floats; i += kThreads) {
+        const int key = i / Dh, d = i % Dh;
+        const int64_t off = key < n ? row(base + key) : -1;
+        kd[i] = off >= 0 ? p.k_base[off + d] : 0.f;
+        vd[i] = off >= 0 ? p.v_base[off + d] : 0.f;
+      }
+    }
+  };
+  if (first < end) fetch(first, 0);
+
+  int b = 0;
+  for (int64_t base = first; base < end; base += tile, b ^= 1) {
+    const int n = int(end - base < tile ? end - base : tile);
+    __syncthreads();  // buffer b ^ 1 is consumed; q and the first tile are in place
+    if (base + tile < end) {
+      fetch(base + tile, b ^ 1);
+      if (vec4) copy_wait<1>();  // this tile's group has landed
+    } else if (vec4) {
+      copy_wait<0>();
+    }
+    __syncthreads();
+    const float* ks = kbuf + b * tile_floats;
+    const float* vs = vbuf + b * tile_floats;
+    // 1. Scores.
+    for (int base_pi = 0; base_pi < G * tile * L; base_pi += kThreads) {
+      const int pi = base_pi + int(threadIdx.x);
+      const int pair = pi / L, sub = pi % L;
+      const int g = pair / tile, key = pair % tile;
+      const bool active = pair < G * tile && key < n;
       float dot = 0.f;
-      if (vec4) {
-#pragma unroll 4
-        for (int64_t d = 0; d < p.head_dim; d += 4) {
-          const float4 kv = *reinterpret_cast<const float4*>(k + d);
-          dot += qs[d] * kv.x + qs[d + 1] * kv.y + qs[d + 2] * kv.z + qs[d + 3] * kv.w;
+      if (active) {
+        const float* kq = ks + key * Dh;
+        const float* qr = qs + g * Dh;
+        if (vec4) {  // float4 steps sub, sub + L, ... from the key's rotation
+          int c = (key * L + sub) % per_row;
+          for (int i = sub; i < per_row; i += L) {
+            const float4 a = reinterpret_cast<const float4*>(qr)[c];
+            const float4 k4 = reinterpret_cast<const float4*>(kq)[c];
+            dot += a.x * k4.x + a.y * k4.y + a.z * k4.z + a.w * k4.w;
+            c += L;
+            if (c >= per_row) c -= per_row;
+          }
+        } else {
+          int d = (key + sub) % Dh;
+          for (int i = sub; i < Dh; i += L) {
+            dot += qr[d] * kq[d];
+            d += L;
+            if (d >= Dh) d -= Dh;
+          }
         }
-      } else {
-        for (int64_t d = 0; d < p.head_dim; ++d) dot += qs[d] * k[d];
       }
-      s = dot * p.scale;
-      if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
-    }
-    const float m_new = fmaxf(m, warp_max(s));
-    const float w = valid ? expf(s - m_new) : 0.f;
-    const float correction = expf(m - m_new);
-    l = l * correction + warp_sum(w);
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] *= correction;
-      // All 32 keys of the tile, the missing ones weighted 0 at offset 0, so
-      // the loop has a fixed count and its loads overlap.
-#pragma unroll 8
-    for (int jj = 0; jj < 32; ++jj) {
-      const float wj = __shfl_sync(0xffffffffu, w, jj);
-      const float* v = p.v_base + __shfl_sync(0xffffffffu, off, jj);
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) {
-        const int64_t d = lane + 32 * i;
-        if (d < p.head_dim) acc[i] += wj * v[d];
+      for (int o = L / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (pair < G * tile && sub == 0) {
+        float sc = -FLT_MAX;
+        if (active) {
+          sc = dot * p.scale;
+          if (p.softcap > 0.f) sc = p.softcap * tanhf(sc / p.softcap);
+        }
+        ws[pair] = sc;
       }
     }
-    m = m_new;
-  }
-  // Merge the warps' partial softmaxes.
-  __shared__ float sm[kWarps], sl[kWarps];
-  __shared__ float so[kWarps][DPL * 32];
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
-  }
+    __syncthreads();
+    // 2. Online softmax, one warp per head.
+    for (int g = warp; g < G; g += kThreads / 32) {
+      const float sc = lane < n ? ws[g * tile + lane] : -FLT_MAX;
+      const float m_old = ms[g];
+      const float m_new = fmaxf(m_old, warp_max(sc));
+      const float w = lane < n ? expf(sc - m_new) : 0.f;
+      if (lane < tile) ws[g * tile + lane] = w;
+      const float sum = warp_sum(w);
+      if (lane == 0) {
+        const float c = expf(m_old - m_new);
+        cs[g] = c;
+        ls[g] = ls[g] * c + sum;
+        ms[g] = m_new;
+      }
+    }
+    __syncthreads();
+    // 3. Values.
 #pragma unroll
-  for (int i = 0; i < DPL; ++i) so[warp][lane + 32 * i] = acc[i];
+    for (int i = 0; i < OPT; ++i) {
+      if (out_g[i] >= G) break;
+      const int g = out_g[i], d = out_d[i];
+      const float* w = ws + g * tile;
+      float a = acc[i] * cs[g];
+      for (int key = 0; key < n; ++key) a += w[key] * vs[key * Dh + d];
+      acc[i] = a;
+    }
+  }
   __syncthreads();
-  float gm = -FLT_MAX;
-  for (int w = 0; w < kWarps; ++w)
-    if (sl[w] > 0.f) gm = fmaxf(gm, sm[w]);
-  float gl = 0.f;
-  for (int w = 0; w < kWarps; ++w)
-    if (sl[w] > 0.f) gl += sl[w] * expf(sm[w] - gm);
-  if (p.splits == 1) {
-    float* oh = out + t * q_dim + h * p.head_dim;
-    for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-      float o = 0.f;
-      for (int w = 0; w < kWarps; ++w)
-        if (sl[w] > 0.f) o += so[w][d] * expf(sm[w] - gm);
-      oh[d] = o / gl;
+  // Output: final, or this split's partial.
+#pragma unroll
+  for (int i = 0; i < OPT; ++i) {
+    if (out_g[i] >= G) break;
+    const int g = out_g[i], d = out_d[i];
+    const int64_t h = kvh * G + g;
+    const float l = ls[g];
+    if (p.splits == 1) {
+      out[t * q_dim + h * Dh + d] = l > 0.f ? acc[i] / l : 0.f;
+    } else {
+      float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (Dh + 2);
+      if (d == 0) {
+        part[0] = ms[g];
+        part[1] = l;
+      }
+      part[2 + d] = acc[i];
     }
-    return;
-  }
-  // Partial: [m, l, o[head_dim]] per (token, head, split).
-  float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (p.head_dim + 2);
-  if (threadIdx.x == 0) {
-    part[0] = gm;
-    part[1] = gl;
-  }
-  for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float o = 0.f;
-    for (int w = 0; w < kWarps; ++w)
-      if (sl[w] > 0.f) o += so[w][d] * expf(sm[w] - gm);
-    part[2 + d] = o;
   }
 }
 
-// Merges the splits of one (token, head): the global max, then the
-// rescaled sums. Splits that saw no key have l = 0 and are skipped.
+// Merges the splits of one (token, head), splits ≤ 32: the first warp reads
+// every split's (m, l) at once and leaves each split's scale
+// exp(m - max) / Σ l · exp(m - max) (0 for a split that saw no key) in
+// shared memory; then every thread sums its dims over the splits.
 __global__ void attention_combine_kernel(PagedAttention p, float* __restrict__ out) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t th = blockIdx.x;  // t · heads + h
-  const float* part = p.partial + th * p.splits * (p.head_dim + 2);
   const int64_t stride = p.head_dim + 2;
-  float gm = -FLT_MAX;
-  for (int s = 0; s < p.splits; ++s)
-    if (part[s * stride + 1] > 0.f) gm = fmaxf(gm, part[s * stride]);
-  float gl = 0.f;
-  for (int s = 0; s < p.splits; ++s) {
-    const float l = part[s * stride + 1];
-    if (l > 0.f) gl += l * expf(part[s * stride] - gm);
+  const float* part = p.partial + th * p.splits * stride;
+  __shared__ float scale[32];
+  if (threadIdx.x < 32) {
+    const int s = int(threadIdx.x);
+    const float l = s < p.splits ? part[s * stride + 1] : 0.f;
+    const float m = l > 0.f ? part[s * stride] : -FLT_MAX;
+    const float gm = warp_max(m);
+    const float w = l > 0.f ? expf(m - gm) : 0.f;
+    const float gl = warp_sum(l * w);
+    scale[s] = gl > 0.f ? w / gl : 0.f;
   }
+  __syncthreads();
   float* oh = out + th * p.head_dim;
   for (int64_t d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     float o = 0.f;
-    for (int s = 0; s < p.splits; ++s) {
-      const float l = part[s * stride + 1];
-      if (l > 0.f) o += part[s * stride + 2 + d] * expf(part[s * stride] - gm);
-    }
-    oh[d] = o / gl;
+    for (int s = 0; s < p.splits; ++s) o += part[s * stride + 2 + d] * scale[s];
+    oh[d] = o;
   }
 }
 
 __global__ void rope_kernel(float* __restrict__ x, int64_t heads, int64_t head_dim,
                             const int64_t* __restrict__ positions,
                             const float* __restrict__ inv_freq, int64_t half, float scaling) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const float pos = float(positions[t]);
   for (int64_t k = threadIdx.x; k < heads * half; k += blockDim.x) {
@@ -195,6 +311,8 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t heads, int64_t head_d
 // One block per (token, head of q, k or v); 128 threads; the head in shared
 // memory between the norm, the rotation and the write.
 __global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, QkvPost p) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float buf[32 * kMaxDimsPerLane];
   __shared__ float partial[4];
   const int64_t t = blockIdx.x, j = blockIdx.y, Dh = p.head_dim;
@@ -249,15 +367,36 @@ __global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, Qk
 
 __global__ void kv_write_kernel(const float* __restrict__ rows, int64_t kv_dim,
                                 float* __restrict__ base, int64_t block_size, StepLayout at) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t t = blockIdx.x;
   float* dst = base + kv_offset(at, t, at.positions[t], block_size, kv_dim);
   for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) dst[i] = rows[t * kv_dim + i];
 }
 
+template <int OPT>
+void launch_attention(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
+                      float* out, cudaStream_t stream) {
+  const int64_t G = p.heads / p.kv_heads, Dh = p.head_dim, tile = tile_keys(Dh);
+  const size_t smem = size_t(G * Dh + 4 * tile * Dh + G * tile + 3 * G) * sizeof(float);
+  static bool raised = false;  // once per instantiation: allow up to 96 KiB
+  if (!raised) {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<OPT>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 96 << 10));
+    raised = true;
+  }
+  if (smem > (size_t(96) << 10))
+    fail(
+        "attention_paged: %zu bytes of shared memory for %lld heads of dim %lld per kv head "
+        "(at most 96 KiB)",
+        smem, (long long)G, (long long)Dh);
+  launch(attention_kernel<OPT>, grid, kThreads, smem, stream, q, at, p, out);
+}
+
 }  // namespace
 
-int attention_splits(int64_t n, int64_t heads, int multiprocessors) {
-  const int64_t blocks = n * heads, want = 2 * int64_t(multiprocessors);
+int attention_splits(int64_t n, int64_t kv_heads, int multiprocessors) {
+  const int64_t blocks = n * kv_heads, want = 2 * int64_t(multiprocessors);
   if (blocks >= want) return 1;
   const int64_t s = (want + blocks - 1) / blocks;
   return int(s < 32 ? s : 32);
@@ -271,26 +410,37 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
                      float* out, cudaStream_t stream) {
   if (n <= 0) return;
   if (p.head_dim > 32 * kMaxDimsPerLane || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 ||
-      p.splits < 1 || (p.splits > 1 && !p.partial))
+      p.splits < 1 || p.splits > 32 || (p.splits > 1 && !p.partial))
     fail(
         "attention_paged: head_dim %lld (at most %d), heads %lld / kv_heads %lld, splits %d "
-        "unsupported",
+        "(1 to 32) unsupported",
         (long long)p.head_dim, 32 * kMaxDimsPerLane, (long long)p.heads, (long long)p.kv_heads,
         p.splits);
-  const dim3 grid(unsigned(n * p.heads), unsigned(p.splits));
-  if (p.head_dim <= 32)
-    attention_kernel<1><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
-  else if (p.head_dim <= 64)
-    attention_kernel<2><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
-  else if (p.head_dim <= 128)
-    attention_kernel<4><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
-  else if (p.head_dim <= 256)
-    attention_kernel<8><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
+  if (p.block_size <= 0 || (p.block_size & (p.block_size - 1)) != 0)
+    fail("attention_paged: block_size %lld is not a power of two", (long long)p.block_size);
+  PagedAttention pp = p;
+  while ((int64_t(1) << pp.block_shift) < p.block_size) ++pp.block_shift;
+  // Outputs per thread: the group's G · head_dim values over the block.
+  const int64_t per_thread = (p.heads / p.kv_heads * p.head_dim + kThreads - 1) / kThreads;
+  const dim3 grid(unsigned(n * p.kv_heads), unsigned(p.splits));
+  if (per_thread <= 1)
+    launch_attention<1>(grid, q, at, pp, out, stream);
+  else if (per_thread <= 2)
+    launch_attention<2>(grid, q, at, pp, out, stream);
+  else if (per_thread <= 4)
+    launch_attention<4>(grid, q, at, pp, out, stream);
+  else if (per_thread <= 8)
+    launch_attention<8>(grid, q, at, pp, out, stream);
+  else if (per_thread <= 16)
+    launch_attention<16>(grid, q, at, pp, out, stream);
+  else if (per_thread <= 32)
+    launch_attention<32>(grid, q, at, pp, out, stream);
   else
-    attention_kernel<16><<<grid, kWarps * 32, 0, stream>>>(q, at, p, out);
+    fail("attention_paged: %lld query heads of dim %lld per kv head (at most 4096 values)",
+         (long long)(p.heads / p.kv_heads), (long long)p.head_dim);
   CUDA_CHECK(cudaGetLastError());
   if (p.splits == 1) return;
-  attention_combine_kernel<<<unsigned(n * p.heads), 128, 0, stream>>>(p, out);
+  launch(attention_combine_kernel, unsigned(n * p.heads), 128, 0, stream, p, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -300,7 +450,7 @@ void qkv_post(const float* qkv, int64_t n, const StepLayout& at, const QkvPost& 
   if (p.head_dim > 32 * kMaxDimsPerLane)
     fail("qkv_post: head_dim %lld (at most %d)", (long long)p.head_dim, 32 * kMaxDimsPerLane);
   const dim3 grid(unsigned(n), unsigned(p.heads + (p.own_kv ? 2 * p.kv_heads : 0)));
-  qkv_post_kernel<<<grid, 128, 0, stream>>>(qkv, at, p);
+  launch(qkv_post_kernel, grid, 128, 0, stream, qkv, at, p);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -308,15 +458,15 @@ void rope_rotate_half(float* x, int64_t n, int64_t heads, int64_t head_dim,
                       const int64_t* positions, const float* inv_freq, int64_t rotary_dim,
                       float scaling, cudaStream_t stream) {
   if (n <= 0 || rotary_dim <= 0) return;
-  rope_kernel<<<unsigned(n), 128, 0, stream>>>(x, heads, head_dim, positions, inv_freq,
-                                               rotary_dim / 2, scaling);
+  launch(rope_kernel, unsigned(n), 128, 0, stream, x, heads, head_dim, positions, inv_freq,
+         rotary_dim / 2, scaling);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void kv_write(const float* rows, int64_t n, int64_t kv_dim, float* base, int64_t block_size,
               const StepLayout& at, cudaStream_t stream) {
   if (n <= 0) return;
-  kv_write_kernel<<<unsigned(n), 128, 0, stream>>>(rows, kv_dim, base, block_size, at);
+  launch(kv_write_kernel, unsigned(n), 128, 0, stream, rows, kv_dim, base, block_size, at);
   CUDA_CHECK(cudaGetLastError());
 }
 

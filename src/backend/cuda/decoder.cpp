@@ -32,25 +32,47 @@ namespace tandem::cuda {
 
 namespace {
 
-// Steps of at most this many tokens run the GEMV kernels (f32 activations,
-// f32 accumulation); larger ones cuBLAS: for bf16 weights two tensor-core
-// GEMMs over the activations split into bf16 hi + lo parts (16 significant
-// bits, so prefill logits stay within ~1e-5 of the f32 path, where plain
-// bf16 activations were 3e-2 to 0.6 × std off), for f32 weights SGEMM.
-constexpr int64_t kGemvMaxTokens = 16;
+// Steps of at most Decoder::gemv_max_tokens() tokens run the GEMV kernels
+// (f32 activations, f32 accumulation); larger ones cuBLAS: for bf16 weights
+// one tensor-core GEMM over the activations split into bf16 hi + lo parts
+// (16 significant bits, so prefill logits stay within ~1e-5 of the f32 path,
+// where plain bf16 activations were 3e-2 to 0.6 × std off), for f32 weights
+// SGEMM.
 constexpr size_t kBlasWorkspace = size_t(32) << 20;
 
-// A weight matrix on the device: bf16 or f32.
+// A weight matrix on the device: bf16 or f32, or affine-quantized (packed
+// codes in `buf`, f32 scales and biases).
 struct DevMatrix {
   DType dtype = DType::F32;
   DeviceBuffer buf;
   int64_t rows = 0, cols = 0;
+  bool affine = false;
+  int bits = 0, group = 0;
+  DeviceBuffer scales, biases;
   bool empty() const { return rows == 0; }
+  size_t bytes() const { return buf.bytes() + scales.bytes() + biases.bytes(); }
+  AffineMatrix view() const {
+    return AffineMatrix{
+        buf.as<uint32_t>(), scales.as<float>(), biases.as<float>(), bits, group, rows, cols};
+  }
 };
 
-// The device dtype of matrices uploaded together: bf16 when every part is
-// bf16 or quantized (dequantized), f32 otherwise (f16 widened to f32, as the
-// CPU reads it).
+// Whether parts uploaded together stay quantized on the device: every part
+// affine with the same bits and group size (what the GEMV kernel streams).
+bool stays_affine(const std::vector<const WeightMatrix*>& parts) {
+  const WeightMatrix* first = nullptr;
+  for (const WeightMatrix* w : parts) {
+    if (!w->data || w->rows == 0) continue;
+    if (w->format != WeightFormat::Affine) return false;
+    if (first && (w->bits != first->bits || w->group_size != first->group_size)) return false;
+    first = w;
+  }
+  return first != nullptr;
+}
+
+// The device dtype of dense matrices uploaded together: bf16 when every part
+// is bf16 or quantized (dequantized: parts of mixed quantization), f32
+// otherwise (f16 widened to f32, as the CPU reads it).
 DType device_dtype(const std::vector<const WeightMatrix*>& parts) {
   for (const WeightMatrix* w : parts)
     if (w->data && w->rows && !w->quantized() && w->dtype != DType::BF16) return DType::F32;
@@ -59,15 +81,67 @@ DType device_dtype(const std::vector<const WeightMatrix*>& parts) {
 
 size_t device_bytes(const std::vector<const WeightMatrix*>& parts) {
   size_t n = 0;
+  if (stays_affine(parts)) {
+    for (const WeightMatrix* w : parts)
+      if (w->data) n += w->row_bytes() * size_t(w->rows) + 2 * size_t(w->rows * w->groups()) * 4;
+    return n;
+  }
   for (const WeightMatrix* w : parts)
     if (w->data) n += size_t(w->rows * w->cols);
   return n * dtype_size(device_dtype(parts));
+}
+
+// Affine parts as one device matrix: their packed rows back to back, scales
+// and biases widened to f32.
+DevMatrix upload_affine(const std::vector<const WeightMatrix*>& parts, size_t& total) {
+  DevMatrix m;
+  m.affine = true;
+  size_t data_bytes = 0;
+  for (const WeightMatrix* w : parts) {
+    if (!w->data || w->rows == 0) continue;
+    if (m.cols && w->cols != m.cols)
+      fail("CUDA decoder: fused projections disagree on their input width (%lld vs %lld)",
+           (long long)m.cols, (long long)w->cols);
+    check_affine(*w, "CUDA decoder");
+    m.cols = w->cols;
+    m.rows += w->rows;
+    m.bits = w->bits;
+    m.group = w->group_size;
+    data_bytes += w->row_bytes() * size_t(w->rows);
+  }
+  m.dtype = DType::F32;
+  m.buf = DeviceBuffer(data_bytes);
+  const size_t groups = size_t(m.rows * (m.cols / m.group));
+  m.scales = DeviceBuffer(groups * 4);
+  m.biases = DeviceBuffer(groups * 4);
+  uint8_t* dst = m.buf.as<uint8_t>();
+  size_t at = 0;
+  std::vector<float> sc, bi;
+  for (const WeightMatrix* w : parts) {
+    if (!w->data || w->rows == 0) continue;
+    const size_t bytes = w->row_bytes() * size_t(w->rows);
+    CUDA_CHECK(cudaMemcpy(dst, w->data, bytes, cudaMemcpyHostToDevice));
+    dst += bytes;
+    const int64_t n = w->rows * w->groups();
+    sc.resize(size_t(n));
+    bi.resize(size_t(n));
+    convert_to_f32(w->scales, w->dtype, n, sc.data());
+    convert_to_f32(w->biases, w->dtype, n, bi.data());
+    CUDA_CHECK(
+        cudaMemcpy(m.scales.as<float>() + at, sc.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(m.biases.as<float>() + at, bi.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+    at += size_t(n);
+  }
+  total += m.bytes();
+  return m;
 }
 
 // The parts' rows one after another (all with the same cols) as one device
 // matrix, so projections that read the same input run as one GEMV. Rows are
 // converted a chunk at a time when the stored type is not the device type.
 DevMatrix upload_matrix(const std::vector<const WeightMatrix*>& parts, size_t& total) {
+  if (stays_affine(parts)) return upload_affine(parts, total);
   DevMatrix m;
   for (const WeightMatrix* w : parts) {
     if (!w->data || w->rows == 0) continue;
@@ -226,7 +300,9 @@ struct Decoder::Impl {
   int device = 0;
   std::string name;
   int multiprocessors = 1;
+  int64_t min_kv_heads = 1;  // over the layers: the attention split count's basis
   bool graphs = graphs_enabled_by_env();
+  int64_t gemv_tokens = Decoder::gemv_max_tokens();
   size_t weight_bytes = 0, streamed_bytes = 0, kv_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -240,19 +316,26 @@ struct Decoder::Impl {
 
   // Activations for max_tokens tokens.
   DeviceBuffer h, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, logits, partial;
-  DeviceBuffer halves;  // [2, max_tokens, widest non-head projection] f32: the hi/lo GEMM output
+  DeviceBuffer halves;   // [2, max_tokens, widest non-head projection] f32: the hi/lo GEMM output
+  DeviceBuffer dequant;  // bf16 rows of an affine matrix for a prefill GEMM (empty: none)
 
   // The step's inputs: one pinned staging area, uploaded into `inputs`.
   // Offsets in bytes; the tables sections have room for every block of the
   // pool plus one padding entry per token.
   size_t off_ids = 0, off_ple_ids = 0, off_seq = 0, off_logit_rows = 0, off_image_rows = 0,
          off_pos = 0, off_key_end = 0, off_first_sliding = 0, off_start_full = 0,
-         off_start_sliding = 0, off_tables_full = 0, off_tables_sliding = 0, inputs_bytes = 0;
+         off_start_sliding = 0, off_samples = 0, off_tokens = 0, off_tables_full = 0,
+         off_tables_sliding = 0, inputs_bytes = 0;
   DeviceBuffer inputs;
   PinnedBuffer staging;
   DeviceBuffer image_rows;  // [max_tokens, D] image features of the step
   PinnedBuffer image_staging;
   int32_t scratch_block[2] = {0, 0};  // per kind: the padding block's id
+  // Device sampling: the penalty list (grown on demand) and the ids out.
+  DeviceBuffer penalties;
+  PinnedBuffer penalty_staging;
+  size_t penalty_capacity = 0;
+  PinnedBuffer tokens_out;
 
   std::map<int64_t, cudaGraphExec_t> decode_graphs;
 
@@ -261,6 +344,7 @@ struct Decoder::Impl {
 
   ~Impl() {
     for (auto& [b, g] : decode_graphs) cudaGraphExecDestroy(g);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
     if (blas) cublasDestroy(blas);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -290,9 +374,48 @@ struct Decoder::Impl {
     return at;
   }
 
-  // y[n, rows] = x[n, cols] · Wᵀ (+ bias)
-  void linear(const DevMatrix& w, const DeviceBuffer& bias, const float* xin, int64_t n, float* y) {
-    if (n <= kGemvMaxTokens) {
+  // Profiling (profile_step): an event after every op, named by the op.
+  struct Mark {
+    const char* op;
+    size_t bytes;  // weight bytes the op streams
+  };
+  bool profiling = false, capturing = false;
+  cudaGraphExec_t profiled_graph = nullptr;  // a step's one-off graph with event nodes
+  std::vector<Mark> marks;
+  std::vector<cudaEvent_t> events;
+  void mark(const char* op, size_t bytes = 0) {
+    if (!profiling) return;
+    if (events.size() <= marks.size()) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));
+      events.push_back(e);
+    }
+    // External (valid only inside a capture): the record becomes an event
+    // node of the graph, so a replayed step is timed op by op too.
+    CUDA_CHECK(cudaEventRecordWithFlags(events[marks.size()], stream,
+                                        capturing ? cudaEventRecordExternal : 0));
+    marks.push_back({op, bytes});
+  }
+
+  // y[n, rows] = x[n, cols] · Wᵀ (+ bias); `op` names it in profiles.
+  void linear(const char* op, const DevMatrix& w, const DeviceBuffer& bias, const float* xin,
+              int64_t n, float* y) {
+    if (w.affine && n <= gemv_tokens) {
+      gemv_affine(w.view(), xin, n, y, stream);
+    } else if (w.affine) {
+      // Prefill: dequantized bf16 tiles of rows, each through the bf16 GEMM.
+      uint16_t* hi = xb.as<uint16_t>();
+      uint16_t* lo = hi + n * w.cols;
+      split_bf16(xin, n * w.cols, hi, lo, stream);
+      const int64_t chunk = std::max<int64_t>(1, int64_t(dequant.bytes() / 2) / w.cols);
+      for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+        const int64_t m = std::min(chunk, w.rows - r0);
+        dequantize_affine_bf16(w.view(), r0, m, dequant.as<uint16_t>(), stream);
+        gemm_bf16(dequant.get(), r0, m, w.rows, w.cols, hi, lo, n, y);
+      }
+      if (size_t(2 * n * w.rows) * sizeof(float) <= halves.bytes())
+        add_halves(halves.as<float>(), n * w.rows, y, stream);
+    } else if (n <= gemv_tokens) {
       if (w.dtype == DType::BF16)
         gemv_bf16(w.buf.as<uint16_t>(), w.rows, w.cols, xin, n, y, stream);
       else
@@ -302,26 +425,12 @@ struct Decoder::Impl {
       // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W
       // read as the transpose of its column-major [cols, rows] view.
       if (w.dtype == DType::BF16) {
-        // hi and lo back to back are one [2n, cols] operand: one GEMM reads
-        // the weights once, then the two halves of its output are summed.
-        // (A head over more rows than the scratch holds takes two GEMMs.)
         uint16_t* hi = xb.as<uint16_t>();
         uint16_t* lo = hi + n * w.cols;
         split_bf16(xin, n * w.cols, hi, lo, stream);
-        if (size_t(2 * n * w.rows) * sizeof(float) <= halves.bytes()) {
-          CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(2 * n),
-                                    int(w.cols), &one, w.buf.get(), CUDA_R_16BF, int(w.cols), hi,
-                                    CUDA_R_16BF, int(w.cols), &zero, halves.get(), CUDA_R_32F,
-                                    int(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        gemm_bf16(w.buf.get(), 0, w.rows, w.rows, w.cols, hi, lo, n, y);
+        if (size_t(2 * n * w.rows) * sizeof(float) <= halves.bytes())
           add_halves(halves.as<float>(), n * w.rows, y, stream);
-        } else {
-          for (int part = 0; part < 2; ++part)
-            CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n),
-                                      int(w.cols), &one, w.buf.get(), CUDA_R_16BF, int(w.cols),
-                                      part == 0 ? hi : lo, CUDA_R_16BF, int(w.cols),
-                                      part == 0 ? &zero : &one, y, CUDA_R_32F, int(w.rows),
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        }
       } else {
         CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n), int(w.cols),
                                  &one, w.buf.as<float>(), int(w.cols), xin, int(w.cols), &zero, y,
@@ -329,11 +438,38 @@ struct Decoder::Impl {
       }
     }
     if (bias.bytes()) add_bias(y, bias.as<float>(), n, w.rows, stream);
+    mark(op, w.bytes());
+  }
+
+  // Rows [r0, r0 + m) of y[n, rows] from the bf16 rows `wrows` ([m, cols])
+  // against activations split into bf16 hi and lo ([n, cols] each, back to
+  // back: one [2n, cols] operand, so one GEMM reads the weights once). The
+  // two halves of the output land in `halves` for add_halves — or, when it
+  // cannot hold them (a head over many rows), two GEMMs accumulate into y.
+  void gemm_bf16(const void* wrows, int64_t r0, int64_t m, int64_t rows, int64_t cols,
+                 const uint16_t* hi, const uint16_t* lo, int64_t n, float* y) {
+    const float one = 1.f, zero = 0.f;
+    // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W read
+    // as the transpose of its column-major [cols, m] view.
+    if (size_t(2 * n * rows) * sizeof(float) <= halves.bytes()) {
+      CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(2 * n), int(cols), &one,
+                                wrows, CUDA_R_16BF, int(cols), hi, CUDA_R_16BF, int(cols), &zero,
+                                halves.as<float>() + r0, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+      return;
+    }
+    for (int part = 0; part < 2; ++part)
+      CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
+                                wrows, CUDA_R_16BF, int(cols), part == 0 ? hi : lo, CUDA_R_16BF,
+                                int(cols), part == 0 ? &zero : &one, y + r0, CUDA_R_32F, int(rows),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
   void embed_tokens(const DevMatrix& table, const int32_t* ids, int64_t T, float scale,
                     float* dst) {
-    if (table.dtype == DType::BF16)
+    if (table.affine)
+      embed_rows_affine(table.view(), ids, T, scale, dst, stream);
+    else if (table.dtype == DType::BF16)
       embed_rows_bf16(table.buf.as<uint16_t>(), table.cols, ids, T, scale, dst, stream);
     else
       embed_rows_f32(table.buf.as<float>(), table.cols, ids, T, scale, dst, stream);
@@ -348,11 +484,16 @@ struct Decoder::Impl {
     const int64_t D = s.hidden, V = s.vocab;
     float* hp = h.as<float>();
     float* xp = x.as<float>();
+    if (profiling) {
+      if (!capturing) device_sleep(20'000'000, stream);  // the host queues the step meanwhile
+      mark("start");
+    }
     embed_tokens(embed, dev<int32_t>(off_ids), T, model.weights.embed_scale, hp);
     if (n_images > 0)
       scatter_rows(image_rows.as<float>(), dev<int32_t>(off_image_rows), n_images, D, hp, stream);
+    mark("embed");
     if (s.ple_dim > 0) per_layer_inputs(T);
-    const int splits = attention_splits(T, s.heads, multiprocessors);
+    const int splits = attention_splits(T, min_kv_heads, multiprocessors);
     // The MLP's residual add also computes the next layer's input norm when
     // nothing (per-layer inputs, a layer scalar) comes between them.
     bool x_ready = false;
@@ -362,12 +503,17 @@ struct Decoder::Impl {
       x_ready = s.ple_dim == 0 && scalar == 1.0f && l + 1 < s.layers;
       mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr);
       if (s.ple_dim > 0) per_layer_block(l, T);
-      if (scalar != 1.0f) scale_inplace(hp, T * D, scalar, stream);
+      if (scalar != 1.0f) {
+        scale_inplace(hp, T * D, scalar, stream);
+        mark("layer scalar");
+      }
     }
     gather_rows(hp, dev<int32_t>(off_logit_rows), R, D, xp, stream);
     rmsnorm(xp, ptr(final_norm), R, D, s.norm_eps, xp, stream);
-    linear(head_tied ? embed : head, DeviceBuffer(), xp, R, logits.as<float>());
+    mark("final norm");
+    linear("head", head_tied ? embed : head, DeviceBuffer(), xp, R, logits.as<float>());
     if (s.final_softcap > 0.0f) softcap(logits.as<float>(), R * V, s.final_softcap, stream);
+    mark("logit softcap");
   }
 
   // Gemma 4: ple[t, l] = (norm(proj(h) · D^-0.5)[l] + E_ple[id] · sqrt(P)) · 2^-0.5
@@ -375,12 +521,13 @@ struct Decoder::Impl {
     const ModelSpec& s = spec;
     const int64_t P = s.ple_dim, LP = s.layers * P;
     float* pp = ple.as<float>();
-    linear(ple_model_proj, DeviceBuffer(), h.as<float>(), T, pp);
+    linear("ple model proj", ple_model_proj, DeviceBuffer(), h.as<float>(), T, pp);
     scale_inplace(pp, T * LP, 1.0f / std::sqrt(float(s.hidden)), stream);
     rmsnorm(pp, ptr(ple_proj_norm), T * s.layers, P, s.norm_eps, pp, stream);
     embed_tokens(ple_embed, dev<int32_t>(off_ple_ids), T, model.weights.ple_embed_scale,
                  ple_tmp.as<float>());
     add_then_scale(pp, ple_tmp.as<float>(), T * LP, 1.0f / std::sqrt(2.0f), stream);
+    mark("ple inputs");
   }
 
   // x_ready: x already holds this layer's normed input.
@@ -391,7 +538,8 @@ struct Decoder::Impl {
     const int64_t D = s.hidden, Dh = ls.head_dim;
     float *hp = h.as<float>(), *xp = x.as<float>(), *qp = q.as<float>();
     if (!x_ready) rmsnorm(hp, ptr(L.attn_in_norm), T, D, s.norm_eps, xp, stream);
-    linear(L.qkv, L.qkv_bias, xp, T, qkv.as<float>());
+    mark("attn norm");
+    linear("qkv proj", L.qkv, L.qkv_bias, xp, T, qkv.as<float>());
     const StepLayout at = layout(ls.kind);
     Layer& src = layers[size_t(ls.kv_source)];
     QkvPost post;
@@ -416,6 +564,7 @@ struct Decoder::Impl {
     post.v_cache = src.values.as<float>();
     post.block_size = KvPool::kBlockSize;
     qkv_post(qkv.as<float>(), T, at, post, stream);
+    mark("qkv post (norm, rope, kv write)");
     PagedAttention p;
     p.heads = s.heads;
     p.kv_heads = ls.kv_heads;
@@ -429,9 +578,11 @@ struct Decoder::Impl {
     p.splits = splits;
     p.partial = partial.as<float>();
     attention_paged(qp, T, at, p, attn.as<float>(), stream);
+    mark("attention");
     float* op = out.as<float>();
-    linear(L.o, L.o_bias, attn.as<float>(), T, op);
+    linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op);
     residual_norm(hp, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps, stream);
+    mark("residual + norm");
   }
 
   // Expects x = the MLP's normed input (attention_block leaves it);
@@ -441,14 +592,16 @@ struct Decoder::Impl {
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, F = s.layer[size_t(l)].intermediate;
     float *hp = h.as<float>(), *xp = x.as<float>(), *op = out.as<float>();
-    linear(L.gate_up, L.gate_up_bias, xp, T, gate_up.as<float>());
+    linear("gate/up proj", L.gate_up, L.gate_up_bias, xp, T, gate_up.as<float>());
     if (s.activation == Activation::SiLU)
       silu_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
     else
       gelu_tanh_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
-    linear(L.down, L.down_bias, gate.as<float>(), T, op);
+    mark("gated activation");
+    linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op);
     residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,
                   s.norm_eps, stream);
+    mark("residual + norm");
   }
 
   // Gemma 4: h += norm(proj(act(gate(h)) · ple[:, layer]))
@@ -457,35 +610,46 @@ struct Decoder::Impl {
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
     float *hp = h.as<float>(), *gp = ple_gate.as<float>(), *op = out.as<float>();
-    linear(L.ple_gate, DeviceBuffer(), hp, T, gp);
+    linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp);
     if (s.activation == Activation::SiLU)
       silu_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
     else
       gelu_tanh_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
-    linear(L.ple_proj, DeviceBuffer(), gp, T, op);
+    mark("ple activation");
+    linear("ple proj", L.ple_proj, DeviceBuffer(), gp, T, op);
     rmsnorm(op, ptr(L.ple_out_norm), T, D, s.norm_eps, op, stream);
     add_inplace(hp, op, T * D, stream);
+    mark("ple norm + add");
   }
 
-  cudaGraphExec_t decode_graph(int64_t B) {
-    auto it = decode_graphs.find(B);
-    if (it != decode_graphs.end()) return it->second;
+  cudaGraphExec_t capture_decode(int64_t B) {
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    capturing = true;
     try {
       forward(B, B, 0);
     } catch (...) {
+      capturing = false;
       cudaStreamEndCapture(stream, &graph);
       if (graph) cudaGraphDestroy(graph);
       throw;
     }
+    capturing = false;
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     CUDA_CHECK(e);
-    decode_graphs[B] = exec;
     return exec;
+  }
+
+  // The graph replayed for decode steps of bucket B (captured once); when
+  // profiling, a one-off capture with event nodes, freed after the step.
+  cudaGraphExec_t decode_graph(int64_t B) {
+    if (profiling) return profiled_graph = capture_decode(B);
+    auto it = decode_graphs.find(B);
+    if (it != decode_graphs.end()) return it->second;
+    return decode_graphs[B] = capture_decode(B);
   }
 };
 
@@ -595,10 +759,11 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     max_qkv = std::max(max_qkv, L.qkv.rows);
     max_f = std::max(max_f, ls.intermediate);
     max_dh = std::max(max_dh, ls.head_dim);
+    m.min_kv_heads = l == 0 ? ls.kv_heads : std::min(m.min_kv_heads, ls.kv_heads);
     max_cols = std::max({max_cols, ls.q_dim(s.heads), ls.intermediate});
     m.layers.push_back(std::move(L));
   }
-  m.streamed_bytes = total - m.ple_embed.buf.bytes() - (m.head_tied ? 0 : m.embed.buf.bytes());
+  m.streamed_bytes = total - m.ple_embed.bytes() - (m.head_tied ? 0 : m.embed.bytes());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "tandem: %.2f GB of weights on %s (%s) in %.1f s\n", total / 1e9,
                m.name.c_str(), info.name.c_str(), secs);
@@ -637,8 +802,26 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   int64_t max_rows = std::max<int64_t>(s.hidden, 2 * max_f);
   max_rows = std::max({max_rows, max_qkv, LP > 0 ? int64_t(LP) : int64_t(0)});
   m.halves = DeviceBuffer(2 * T * size_t(max_rows) * 4);
+  // Prefill over affine matrices: bf16 tiles of up to 32M weights.
+  int64_t dequant_elems = 0;
+  auto need_tiles = [&](const DevMatrix& w) {
+    if (!w.affine) return;
+    const int64_t rows =
+        std::min<int64_t>(w.rows, std::max<int64_t>(1, (int64_t(32) << 20) / w.cols));
+    dequant_elems = std::max(dequant_elems, rows * w.cols);
+  };
+  need_tiles(m.head_tied ? m.embed : m.head);
+  need_tiles(m.ple_model_proj);
+  for (const Layer& L : m.layers)
+    for (const DevMatrix* w : {&L.qkv, &L.gate_up, &L.o, &L.down, &L.ple_gate, &L.ple_proj})
+      need_tiles(*w);
+  if (dequant_elems > 0) m.dequant = DeviceBuffer(size_t(dequant_elems) * 2);
   m.logits = DeviceBuffer(T * V * 4);
-  m.partial = DeviceBuffer(size_t(4 * m.multiprocessors + s.heads) * size_t(max_dh + 2) * 4);
+  // attention_splits keeps T · min_kv_heads · splits below 4 · SMs, so the
+  // partials of T · heads · splits rows fit in heads / min_kv_heads times that.
+  const int64_t max_group = s.heads / m.min_kv_heads;
+  m.partial =
+      DeviceBuffer(size_t(4 * m.multiprocessors * max_group + s.heads) * size_t(max_dh + 2) * 4);
 
   // Step inputs.
   size_t off = 0;
@@ -653,6 +836,8 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   section(m.off_image_rows, T * 4);
   section(m.off_start_full, T * 4);
   section(m.off_start_sliding, T * 4);
+  section(m.off_samples, T * sizeof(SampleRow));
+  section(m.off_tokens, T * 4);
   section(m.off_pos, T * 8);
   section(m.off_key_end, T * 8);
   section(m.off_first_sliding, T * 8);
@@ -663,6 +848,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   m.staging = PinnedBuffer(off);
   m.image_rows = DeviceBuffer(T * D * 4);
   m.image_staging = PinnedBuffer(T * D * 4);
+  m.tokens_out = PinnedBuffer(T * 4);
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -694,13 +880,51 @@ size_t Decoder::kv_bytes() const {
 void Decoder::set_graphs(bool on) {
   impl_->graphs = on;
 }
+int64_t Decoder::gemv_max_tokens() {
+  const char* e = std::getenv("TANDEM_GEMV_MAX_TOKENS");  // for measuring where the paths cross
+  return e ? std::max<int64_t>(0, std::atoll(e)) : 2;
+}
+
+bool Decoder::samples_on_device() const {
+  return true;
+}
+
+std::vector<Decoder::OpTime> Decoder::profile_step(std::span<const SeqStep> batch) {
+  Impl& m = *impl_;
+  m.profiling = true;
+  m.marks.clear();
+  auto done = [&] {
+    m.profiling = false;
+    if (m.profiled_graph) cudaGraphExecDestroy(m.profiled_graph);
+    m.profiled_graph = nullptr;
+  };
+  try {
+    step(batch);
+  } catch (...) {
+    done();
+    throw;
+  }
+  done();
+  std::vector<OpTime> ops;
+  for (size_t i = 1; i < m.marks.size(); ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, m.events[i - 1], m.events[i]));
+    auto it = std::find_if(ops.begin(), ops.end(),
+                           [&](const OpTime& o) { return o.op == m.marks[i].op; });
+    if (it == ops.end()) it = ops.insert(ops.end(), OpTime{m.marks[i].op});
+    it->ms += ms;
+    it->bytes += m.marks[i].bytes;
+    it->calls++;
+  }
+  return ops;
+}
 
 void Decoder::step(std::span<const SeqStep> batch) {
   Impl& m = *impl_;
   const ModelSpec& s = m.spec;
   const int64_t D = s.hidden, V = s.vocab;
   // Checks first (the CPU decoder's), so a bad step changes nothing.
-  const int64_t tokens = check_step(s, batch, m.max_tokens);
+  const int64_t tokens = check_step(s, batch, m.max_tokens, /*samples_on_device=*/true);
   bool decode_only = true;
   for (const SeqStep& q : batch)
     if (q.n != 1 || q.embeds) decode_only = false;
@@ -749,8 +973,8 @@ void Decoder::step(std::span<const SeqStep> batch) {
         image_idx[n_images++] = int32_t(t);
       }
     }
-    if (q.logits && !graph) {
-      const int64_t first = q.all_logits ? t - q.n : t - 1;
+    if ((q.logits || q.sampling) && !graph) {
+      const int64_t first = q.logits && q.all_logits ? t - q.n : t - 1;
       for (int64_t r = first; r < t; ++r) logit_rows[R++] = int32_t(r);
     }
   }
@@ -770,6 +994,42 @@ void Decoder::step(std::span<const SeqStep> batch) {
     for (int64_t r = 0; r < T; ++r) logit_rows[r] = int32_t(r);
     R = T;
   }
+  // Sampled sequences: their logits row (rows follow the sequences' order)
+  // and their penalty lists.
+  SampleRow* samples = m.host<SampleRow>(m.off_samples);
+  int64_t n_samples = 0, n_penalties = 0;
+  for (const SeqStep& q : batch)
+    n_penalties += q.sampling ? int64_t(q.sampling->penalties.size()) : 0;
+  if (size_t(n_penalties) > m.penalty_capacity) {
+    m.penalty_capacity = size_t(n_penalties) * 2;
+    m.penalties = DeviceBuffer(m.penalty_capacity * sizeof(PenaltyToken));
+    m.penalty_staging = PinnedBuffer(m.penalty_capacity * sizeof(PenaltyToken));
+  }
+  PenaltyToken* pen = m.penalty_staging.as<PenaltyToken>();
+  {
+    int64_t row = 0, k = 0;
+    for (const SeqStep& q : batch) {
+      const bool wants_row = q.logits || q.sampling || graph;
+      if (q.sampling) {
+        const SamplingParams& sp = q.sampling->params;
+        SampleRow& r = samples[n_samples];
+        r = SampleRow{};
+        r.row = int32_t(row);
+        r.temperature = sp.temperature;
+        r.top_k = sp.top_k;
+        r.top_p = sp.top_p;
+        r.min_p = sp.min_p;
+        r.repetition_penalty = sp.repetition_penalty;
+        r.presence_penalty = sp.presence_penalty;
+        r.frequency_penalty = sp.frequency_penalty;
+        r.uniform = q.sampling->uniform;
+        for (const TokenPenalty& tp : q.sampling->penalties)
+          pen[k++] = PenaltyToken{int32_t(n_samples), tp.id, tp.count, tp.seen};
+        ++n_samples;
+      }
+      if (wants_row) row += q.logits && q.all_logits && !graph ? q.n : 1;
+    }
+  }
   // Upload: the fixed sections whole, the tables as far as used.
   auto upload = [&](size_t from, size_t bytes) {
     if (bytes)
@@ -782,16 +1042,27 @@ void Decoder::step(std::span<const SeqStep> batch) {
     CUDA_CHECK(cudaMemcpyAsync(m.image_rows.get(), images, size_t(n_images * D) * sizeof(float),
                                cudaMemcpyHostToDevice, m.stream));
   }
+  if (n_penalties > 0)
+    CUDA_CHECK(cudaMemcpyAsync(m.penalties.get(), pen, size_t(n_penalties) * sizeof(PenaltyToken),
+                               cudaMemcpyHostToDevice, m.stream));
   if (graph)
     CUDA_CHECK(cudaGraphLaunch(m.decode_graph(T), m.stream));
   else
     m.forward(T, R, n_images);
+  if (n_samples > 0) {
+    sample_rows(m.logits.as<float>(), n_samples, V, m.dev<SampleRow>(m.off_samples),
+                m.penalties.as<PenaltyToken>(), n_penalties, m.dev<int32_t>(m.off_tokens),
+                m.stream);
+    m.mark("sampling");
+    CUDA_CHECK(cudaMemcpyAsync(m.tokens_out.as<int32_t>(), m.dev<int32_t>(m.off_tokens),
+                               size_t(n_samples) * 4, cudaMemcpyDeviceToHost, m.stream));
+  }
 
   // Logits: each sequence's rows are contiguous (sequences in order).
   int64_t r = 0;
   for (const SeqStep& q : batch) {
     if (!q.logits) {
-      if (graph) ++r;
+      if (graph || q.sampling) ++r;
       continue;
     }
     const int64_t rows = q.all_logits && !graph ? q.n : 1;
@@ -799,7 +1070,11 @@ void Decoder::step(std::span<const SeqStep> batch) {
                                size_t(rows * V) * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
     r += rows;
   }
+  m.mark("logits to host");
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  int64_t k = 0;
+  for (const SeqStep& q : batch)
+    if (q.sampling) *q.sampling->token = m.tokens_out.as<int32_t>()[k++];
   for (const SeqStep& q : batch) q.kv->length += q.n;
 }
 

@@ -1,20 +1,26 @@
 // The decoder's forward step on one CUDA device: the CPU Decoder's contract
 // (model/decoder.h), batched over sequences with paged KV.
 //
-// Weights are uploaded once (bf16 and f32 as stored, f16 widened to f32,
-// quantized weights dequantized to bf16: correct, not yet memory-saving).
-// The KV rows live in device memory under the block ids of the engine's
-// KvPool (created without host storage), one extra scratch block per kind
-// for padding. Activations are f32; decode-sized steps run the GEMV kernels
-// (f32 accumulation over bf16 weights, as the CPU), larger ones cuBLAS with
-// bf16 activations. Steps where every sequence decodes one text token are
+// Weights are uploaded once: bf16 and f32 as stored, f16 widened to f32,
+// affine 4/8-bit matrices (MLX, and GGUF Q8_0/Q4_0/Q4_K as loaded) kept
+// packed with f32 scales and biases — unless the parts of a fused projection
+// mix formats, which are then dequantized to bf16. The KV rows live in
+// device memory under the block ids of the engine's KvPool (created without
+// host storage), one extra scratch block per kind for padding. Activations
+// are f32; decode-sized steps run the GEMV kernels (f32 accumulation over
+// the stored weights, as the CPU's reference path), larger ones cuBLAS over
+// activations split into bf16 hi/lo halves (affine matrices dequantized to
+// bf16 tiles first). Steps where every sequence decodes one text token are
 // replayed from CUDA graphs, one per batch-size bucket; other steps run
-// eagerly. Logits of the wanted rows are copied to host memory.
+// eagerly. Logits of the wanted rows are copied to host memory, or sampled
+// on the device (SeqStep::sampling) so only token ids are.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "model/decoder.h"
 #include "model/step_runner.h"
@@ -36,6 +42,23 @@ class Decoder : public StepRunner {
   KvPool& kv_pool() override;
   const char* device_name() const override;
   void step(std::span<const SeqStep> batch) override;
+  // Penalties, greedy and temperature/top-k/top-p/min-p sampling run on the
+  // device (backend/cuda/kernels.h sample_rows): only ids cross to the host.
+  bool samples_on_device() const override;
+
+  // Runs `batch` as step() does (its effects included) with a timing event
+  // after every op: the device time of each kind of op summed over layers,
+  // in the order they first ran. A decode step is captured into a one-off
+  // graph with event nodes (so its times are a replay's, plus the events'
+  // own small cost); other steps run eagerly after a device-side wait that
+  // lets the host queue the whole step first.
+  struct OpTime {
+    std::string op;
+    double ms = 0;
+    size_t bytes = 0;  // weight bytes streamed
+    int calls = 0;
+  };
+  std::vector<OpTime> profile_step(std::span<const SeqStep> batch);
 
   // Device bytes held for weights; of them, the bytes a decode step streams
   // (every matrix but the embedding tables, which are only gathered from —
@@ -46,6 +69,11 @@ class Decoder : public StepRunner {
   // Turns CUDA graphs for decode steps off (on by default; TANDEM_CUDA_GRAPHS=0
   // does the same), for tests that compare both paths.
   void set_graphs(bool on);
+
+  // Steps of at most this many tokens run the GEMV kernels; larger ones
+  // cuBLAS (2 unless TANDEM_GEMV_MAX_TOKENS says otherwise: measured on the
+  // H200, cuBLAS over hi/lo-split activations beats the GEMV from 4 rows).
+  static int64_t gemv_max_tokens();
 
   // Device bytes the weights of `model` will take (what the constructor
   // uploads), for sizing the KV cache before constructing.

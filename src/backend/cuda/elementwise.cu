@@ -2,6 +2,7 @@
 // the embedding gather (f32 math, as the CPU backend).
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 namespace tandem::cuda {
 
@@ -16,6 +17,8 @@ unsigned blocks_for(int64_t n) {
 
 __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                int64_t dim, float eps, float* __restrict__ y) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float partial[kThreads / 32];
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
@@ -45,16 +48,35 @@ __device__ __forceinline__ float gelu_tanh(float v) {
   return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v)));
 }
 
+// The one gated activation: out[r, i] = act(gate[r, i]) · up[r, i] over rows
+// of `dim` with their own strides (in place allowed: out == gate). Grid:
+// (chunks of the row, rows), so one token's wide MLP still fills the GPU.
 template <int Act>
-__global__ void gated_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * kThreads) {
-    const float g = gate[i];
-    gate[i] = (Act == 0 ? silu(g) : gelu_tanh(g)) * up[i];
-  }
+__global__ void gated_kernel(const float* __restrict__ gate, int64_t gate_stride,
+                             const float* __restrict__ up, int64_t up_stride, float* out,
+                             int64_t out_stride, int64_t dim) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t r = blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= dim) return;
+  const float g = gate[r * gate_stride + i];
+  out[r * out_stride + i] = (Act == 0 ? silu(g) : gelu_tanh(g)) * up[r * up_stride + i];
+}
+
+template <int Act>
+void gated(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, float* out,
+           int64_t out_stride, int64_t rows, int64_t dim, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  const dim3 grid(unsigned((dim + kThreads - 1) / kThreads), unsigned(rows));
+  launch(gated_kernel<Act>, grid, kThreads, 0, stream, gate, gate_stride, up, up_stride, out,
+         out_stride, dim);
+  CUDA_CHECK(cudaGetLastError());
 }
 
 __global__ void softcap_kernel(float* __restrict__ x, int64_t n, float cap) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads)
     x[i] = cap * tanhf(x[i] / cap);
@@ -63,6 +85,8 @@ __global__ void softcap_kernel(float* __restrict__ x, int64_t n, float cap) {
 __global__ void embed_kernel(const uint16_t* __restrict__ table, int64_t dim,
                              const int32_t* __restrict__ ids, float scale,
                              float* __restrict__ out) {
+  pdl_launch_dependents();
+  pdl_wait();
   const uint16_t* row = table + int64_t(ids[blockIdx.x]) * dim;
   float* o = out + int64_t(blockIdx.x) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads)
@@ -71,18 +95,24 @@ __global__ void embed_kernel(const uint16_t* __restrict__ table, int64_t dim,
 
 __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t n,
                                 int64_t dim) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n * dim;
        i += int64_t(gridDim.x) * kThreads)
     y[i] += b[i % dim];
 }
 
 __global__ void add_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads)
     y[i] += x[i];
 }
 
 __global__ void scale_kernel(float* __restrict__ x, int64_t n, float s) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads)
     x[i] *= s;
@@ -91,6 +121,8 @@ __global__ void scale_kernel(float* __restrict__ x, int64_t n, float s) {
 __global__ void embed_f32_kernel(const float* __restrict__ table, int64_t dim,
                                  const int32_t* __restrict__ ids, float scale,
                                  float* __restrict__ out) {
+  pdl_launch_dependents();
+  pdl_wait();
   const float* row = table + int64_t(ids[blockIdx.x]) * dim;
   float* o = out + int64_t(blockIdx.x) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = row[i] * scale;
@@ -98,6 +130,8 @@ __global__ void embed_f32_kernel(const float* __restrict__ table, int64_t dim,
 
 __global__ void gather_kernel(const float* __restrict__ src, const int32_t* __restrict__ idx,
                               int64_t dim, float* __restrict__ dst) {
+  pdl_launch_dependents();
+  pdl_wait();
   const float* r = src + int64_t(idx[blockIdx.x]) * dim;
   float* o = dst + int64_t(blockIdx.x) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = r[i];
@@ -105,6 +139,8 @@ __global__ void gather_kernel(const float* __restrict__ src, const int32_t* __re
 
 __global__ void scatter_kernel(const float* __restrict__ src, const int32_t* __restrict__ idx,
                                int64_t dim, float* __restrict__ dst) {
+  pdl_launch_dependents();
+  pdl_wait();
   const float* r = src + int64_t(blockIdx.x) * dim;
   float* o = dst + int64_t(idx[blockIdx.x]) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = r[i];
@@ -112,21 +148,15 @@ __global__ void scatter_kernel(const float* __restrict__ src, const int32_t* __r
 
 __global__ void add_then_scale_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n,
                                       float s) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads)
     y[i] = (y[i] + x[i]) * s;
 }
 
-template <int Act>
-__global__ void gated_strided_kernel(float* __restrict__ gate, const float* __restrict__ up,
-                                     int64_t up_stride, int64_t dim) {
-  float* g = gate + int64_t(blockIdx.x) * dim;
-  const float* u = up + int64_t(blockIdx.x) * up_stride;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads)
-    g[i] = (Act == 0 ? silu(g[i]) : gelu_tanh(g[i])) * u[i];
-}
-
-// Sum over the block (kThreads threads) of v; every thread gets it.
+// Sum over the block (Threads threads) of v; every thread gets it.
+template <int Threads = kThreads>
 __device__ float block_sum(float v, float* partial) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -135,14 +165,64 @@ __device__ float block_sum(float v, float* partial) {
   __syncthreads();
   float s = 0.f;
 #pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) s += partial[w];
+  for (int w = 0; w < Threads / 32; ++w) s += partial[w];
   return s;
+}
+
+// residual_norm with the row in registers (dim ≤ kRowThreads · PER): one
+// read of h and delta, where the loop version below reads them again per
+// pass — the op sits between every two projections, so its latency counts.
+constexpr int kRowThreads = 512;
+template <int PER>
+__global__ void __launch_bounds__(kRowThreads)
+    residual_norm_regs_kernel(float* __restrict__ h, const float* __restrict__ delta,
+                              const float* __restrict__ delta_w, const float* __restrict__ next_w,
+                              float* __restrict__ x, int64_t dim, float eps) {
+  pdl_launch_dependents();
+  pdl_wait();
+  __shared__ float partial[kRowThreads / 32];
+  float* hr = h + int64_t(blockIdx.x) * dim;
+  const float* dr = delta + int64_t(blockIdx.x) * dim;
+  float hv[PER], dv[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int64_t k = threadIdx.x + int64_t(i) * kRowThreads;
+    hv[i] = k < dim ? hr[k] : 0.f;
+    dv[i] = k < dim ? dr[k] : 0.f;
+  }
+  float r = 1.f;
+  if (delta_w) {
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) ss += dv[i] * dv[i];
+    r = rsqrtf(block_sum<kRowThreads>(ss, partial) / float(dim) + eps);
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int64_t k = threadIdx.x + int64_t(i) * kRowThreads;
+    if (k >= dim) break;
+    hv[i] += delta_w ? dv[i] * r * delta_w[k] : dv[i];
+    hr[k] = hv[i];
+    ss += hv[i] * hv[i];
+  }
+  if (!x) return;
+  const float r2 = rsqrtf(block_sum<kRowThreads>(ss, partial) / float(dim) + eps);
+  float* xr = x + int64_t(blockIdx.x) * dim;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int64_t k = threadIdx.x + int64_t(i) * kRowThreads;
+    if (k >= dim) break;
+    xr[k] = hv[i] * r2 * (next_w ? next_w[k] : 1.f);
+  }
 }
 
 __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restrict__ delta,
                                      const float* __restrict__ delta_w,
                                      const float* __restrict__ next_w, float* __restrict__ x,
                                      int64_t dim, float eps) {
+  pdl_launch_dependents();
+  pdl_wait();
   __shared__ float partial[kThreads / 32];
   float* hr = h + int64_t(blockIdx.x) * dim;
   const float* dr = delta + int64_t(blockIdx.x) * dim;
@@ -167,18 +247,11 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restr
 
 __global__ void add_halves_kernel(const float* __restrict__ src, int64_t half,
                                   float* __restrict__ dst) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < half;
        i += int64_t(gridDim.x) * kThreads)
     dst[i] = src[i] + src[half + i];
-}
-
-template <int Act>
-__global__ void gated_halves_kernel(const float* __restrict__ gu, int64_t F,
-                                    float* __restrict__ out) {
-  const float* g = gu + int64_t(blockIdx.x) * 2 * F;
-  float* o = out + int64_t(blockIdx.x) * F;
-  for (int64_t i = threadIdx.x; i < F; i += kThreads)
-    o[i] = (Act == 0 ? silu(g[i]) : gelu_tanh(g[i])) * g[F + i];
 }
 
 __device__ __forceinline__ uint16_t bf16_bits(float f) {
@@ -188,6 +261,8 @@ __device__ __forceinline__ uint16_t bf16_bits(float f) {
 
 __global__ void split_bf16_kernel(const float* __restrict__ src, int64_t n,
                                   uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+  pdl_launch_dependents();
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads) {
     const uint16_t h = bf16_bits(src[i]);
@@ -196,128 +271,146 @@ __global__ void split_bf16_kernel(const float* __restrict__ src, int64_t n,
   }
 }
 
+__global__ void sleep_kernel(uint64_t ns) {
+  uint64_t start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  for (;;) {
+    uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start >= ns) break;
+    __nanosleep(1000);
+  }
+}
+
 }  // namespace
 
 void add_bias(float* y, const float* b, int64_t n, int64_t dim, cudaStream_t stream) {
   if (n <= 0 || dim <= 0) return;
-  add_bias_kernel<<<blocks_for(n * dim), kThreads, 0, stream>>>(y, b, n, dim);
+  launch(add_bias_kernel, blocks_for(n * dim), kThreads, 0, stream, y, b, n, dim);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
+  launch(add_kernel, blocks_for(n), kThreads, 0, stream, y, x, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void scale_inplace(float* x, int64_t n, float s, cudaStream_t stream) {
   if (n <= 0) return;
-  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, s);
+  launch(scale_kernel, blocks_for(n), kThreads, 0, stream, x, n, s);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void embed_rows_f32(const float* table, int64_t dim, const int32_t* ids, int64_t n, float scale,
                     float* out, cudaStream_t stream) {
   if (n <= 0) return;
-  embed_f32_kernel<<<unsigned(n), kThreads, 0, stream>>>(table, dim, ids, scale, out);
+  launch(embed_f32_kernel, unsigned(n), kThreads, 0, stream, table, dim, ids, scale, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
              cudaStream_t stream) {
   if (n <= 0) return;
-  rmsnorm_kernel<<<unsigned(n), kThreads, 0, stream>>>(x, w, dim, eps, y);
+  launch(rmsnorm_kernel, unsigned(n), kThreads, 0, stream, x, w, dim, eps, y);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  gated_kernel<0><<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n);
-  CUDA_CHECK(cudaGetLastError());
+  gated<0>(gate, n, up, n, gate, n, 1, n, stream);
 }
 
 void gelu_tanh_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  gated_kernel<1><<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n);
-  CUDA_CHECK(cudaGetLastError());
+  gated<1>(gate, n, up, n, gate, n, 1, n, stream);
 }
 
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
   if (n <= 0) return;
-  softcap_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, cap);
+  launch(softcap_kernel, blocks_for(n), kThreads, 0, stream, x, n, cap);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void embed_rows_bf16(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t n, float scale,
                      float* out, cudaStream_t stream) {
   if (n <= 0) return;
-  embed_kernel<<<unsigned(n), kThreads, 0, stream>>>(table, dim, ids, scale, out);
+  launch(embed_kernel, unsigned(n), kThreads, 0, stream, table, dim, ids, scale, out);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void gather_rows(const float* src, const int32_t* idx, int64_t n, int64_t dim, float* dst,
                  cudaStream_t stream) {
   if (n <= 0) return;
-  gather_kernel<<<unsigned(n), kThreads, 0, stream>>>(src, idx, dim, dst);
+  launch(gather_kernel, unsigned(n), kThreads, 0, stream, src, idx, dim, dst);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void scatter_rows(const float* src, const int32_t* idx, int64_t n, int64_t dim, float* dst,
                   cudaStream_t stream) {
   if (n <= 0) return;
-  scatter_kernel<<<unsigned(n), kThreads, 0, stream>>>(src, idx, dim, dst);
+  launch(scatter_kernel, unsigned(n), kThreads, 0, stream, src, idx, dim, dst);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void add_then_scale(float* y, const float* x, int64_t n, float s, cudaStream_t stream) {
   if (n <= 0) return;
-  add_then_scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n, s);
+  launch(add_then_scale_kernel, blocks_for(n), kThreads, 0, stream, y, x, n, s);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void gelu_tanh_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows,
                            int64_t dim, cudaStream_t stream) {
-  if (rows <= 0) return;
-  gated_strided_kernel<1><<<unsigned(rows), kThreads, 0, stream>>>(gate, up, up_stride, dim);
-  CUDA_CHECK(cudaGetLastError());
+  gated<1>(gate, dim, up, up_stride, gate, dim, rows, dim, stream);
 }
 
 void silu_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows, int64_t dim,
                       cudaStream_t stream) {
-  if (rows <= 0) return;
-  gated_strided_kernel<0><<<unsigned(rows), kThreads, 0, stream>>>(gate, up, up_stride, dim);
-  CUDA_CHECK(cudaGetLastError());
+  gated<0>(gate, dim, up, up_stride, gate, dim, rows, dim, stream);
 }
 
 void split_bf16(const float* src, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
   if (n <= 0) return;
-  split_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, n, hi, lo);
+  launch(split_bf16_kernel, blocks_for(n), kThreads, 0, stream, src, n, hi, lo);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
                    float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream) {
   if (n <= 0) return;
-  residual_norm_kernel<<<unsigned(n), kThreads, 0, stream>>>(h, delta, delta_w, next_w, x, dim,
-                                                             eps);
+  const int64_t per = (dim + kRowThreads - 1) / kRowThreads;
+  const unsigned rows = unsigned(n);
+  if (per <= 2)
+    launch(residual_norm_regs_kernel<2>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
+           dim, eps);
+  else if (per <= 4)
+    launch(residual_norm_regs_kernel<4>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
+           dim, eps);
+  else if (per <= 8)
+    launch(residual_norm_regs_kernel<8>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
+           dim, eps);
+  else if (per <= 16)
+    launch(residual_norm_regs_kernel<16>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w,
+           x, dim, eps);
+  else
+    launch(residual_norm_kernel, rows, kThreads, 0, stream, h, delta, delta_w, next_w, x, dim, eps);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void silu_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream) {
-  if (n <= 0) return;
-  gated_halves_kernel<0><<<unsigned(n), kThreads, 0, stream>>>(gu, F, out);
-  CUDA_CHECK(cudaGetLastError());
+  gated<0>(gu, 2 * F, gu + F, 2 * F, out, F, n, F, stream);
 }
 
 void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream) {
-  if (n <= 0) return;
-  gated_halves_kernel<1><<<unsigned(n), kThreads, 0, stream>>>(gu, F, out);
-  CUDA_CHECK(cudaGetLastError());
+  gated<1>(gu, 2 * F, gu + F, 2 * F, out, F, n, F, stream);
 }
 
 void add_halves(const float* src, int64_t half, float* dst, cudaStream_t stream) {
   if (half <= 0) return;
-  add_halves_kernel<<<blocks_for(half), kThreads, 0, stream>>>(src, half, dst);
+  launch(add_halves_kernel, blocks_for(half), kThreads, 0, stream, src, half, dst);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void device_sleep(uint64_t ns, cudaStream_t stream) {
+  sleep_kernel<<<1, 1, 0, stream>>>(ns);
   CUDA_CHECK(cudaGetLastError());
 }
 

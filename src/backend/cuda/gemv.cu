@@ -2,6 +2,7 @@
 // speed, since it streams every weight once per step.
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 namespace tandem::cuda {
 
@@ -57,13 +58,25 @@ __global__ void gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int6
   for (int r = 0; r < ROWS; ++r)
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[r][t] = 0.f;
+  // The first weight loads go out before waiting for the previous kernel
+  // (PDL: weights are never written), so they overlap its tail.
+  pdl_launch_dependents();
   int64_t i = lane;
-  for (; i + 32 * (UNROLL - 1) < chunks; i += 32 * UNROLL) {
-    uint4 v[ROWS][UNROLL];
+  uint4 v[ROWS][UNROLL];
+  if (i + 32 * (UNROLL - 1) < chunks) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r)
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) v[r][u] = __ldg(w[r] + i + 32 * u);
+  }
+  pdl_wait();
+  for (; i + 32 * (UNROLL - 1) < chunks; i += 32 * UNROLL) {
+    if (i != lane) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) v[r][u] = __ldg(w[r] + i + 32 * u);
+    }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
@@ -84,6 +97,8 @@ __global__ void gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int6
 // Any cols: one weight at a time (odd shapes only).
 __global__ void gemv_bf16_scalar(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
                                  const float* __restrict__ x, int64_t n, float* __restrict__ y) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -106,13 +121,16 @@ void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, f
   constexpr int kUnroll = N == 1 ? 4 : 2;
   const int64_t per_block = int64_t(kWarpsPerBlock) * kRows;
   const unsigned blocks = unsigned((rows + per_block - 1) / per_block);
-  gemv_bf16_vec<N, kRows, kUnroll><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(W, rows, cols, x, y);
+  launch(gemv_bf16_vec<N, kRows, kUnroll>, blocks, kWarpsPerBlock * 32, 0, stream, W, rows, cols, x,
+         y);
 }
 
 // f32 weights: one warp per row, float4 loads (cols % 4 == 0) or scalar.
 __global__ void gemv_f32_kernel(const float* __restrict__ W, int64_t rows, int64_t cols,
                                 const float* __restrict__ x, int64_t n, float* __restrict__ y,
                                 bool vec) {
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -142,7 +160,7 @@ void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_
   const bool vec = cols % 4 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const unsigned blocks = unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  gemv_f32_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(W, rows, cols, x, n, y, vec);
+  launch(gemv_f32_kernel, blocks, kWarpsPerBlock * 32, 0, stream, W, rows, cols, x, n, y, vec);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -153,7 +171,7 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
                        reinterpret_cast<uintptr_t>(x) % 16 == 0;
   if (!aligned) {
     const unsigned blocks = unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    gemv_bf16_scalar<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(W, rows, cols, x, n, y);
+    launch(gemv_bf16_scalar, blocks, kWarpsPerBlock * 32, 0, stream, W, rows, cols, x, n, y);
     CUDA_CHECK(cudaGetLastError());
     return;
   }

@@ -91,24 +91,27 @@ struct StepLayout {
 // kv_heads); position p of a sequence lives in row p % block_size of its
 // block for p / block_size. Each (token, head) is split over `splits` key
 // ranges (flash-decoding: few tokens, long contexts), each kept as an online
-// softmax by 4 warps, and merged by a second kernel when splits > 1 through
-// `partial` (attention_partial_floats of it).
+// softmax; the query heads of one kv head share a block, so each K/V row is
+// read once for all of them (GQA). Splits are merged by a second kernel when
+// splits > 1 through `partial` (attention_partial_floats of it).
 struct PagedAttention {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // head_dim ≤ 512
   float scale = 1.f, softcap = 0.f;
   int64_t window = 0;
   const float* k_base = nullptr;
   const float* v_base = nullptr;
-  int64_t block_size = 0;
+  int64_t block_size = 0;  // a power of two
+  int block_shift = 0;     // log2(block_size), set by attention_paged
   int splits = 1;
   float* partial = nullptr;
 };
 // q, out: [n, heads·head_dim].
 void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                      float* out, cudaStream_t stream);
-// Key-range splits worth using for n tokens of `heads` heads on a device of
-// `multiprocessors` SMs (enough blocks to fill it twice, at most 32).
-int attention_splits(int64_t n, int64_t heads, int multiprocessors);
+// Key-range splits worth using for n tokens of `kv_heads` KV heads (one
+// block each) on a device of `multiprocessors` SMs (enough blocks to fill it
+// twice, at most 32): then n · kv_heads · splits < 4 · multiprocessors.
+int attention_splits(int64_t n, int64_t kv_heads, int multiprocessors);
 size_t attention_partial_floats(int64_t n, int64_t heads, int64_t head_dim, int splits);
 
 // An unfused part of qkv_post (its tests' reference): rotate-half RoPE in
@@ -162,5 +165,53 @@ void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cud
 // PagedAttention's).
 void kv_write(const float* rows, int64_t n, int64_t kv_dim, float* base, int64_t block_size,
               const StepLayout& at, cudaStream_t stream);
+
+// One row's sampling (engine/sampler.h's SamplingParams) and its draw.
+struct SampleRow {
+  int32_t row = 0;          // the logits row
+  float temperature = 0.f;  // <= 0: greedy
+  int32_t top_k = 0;
+  float top_p = 1.f, min_p = 0.f;
+  float repetition_penalty = 1.f, presence_penalty = 0.f, frequency_penalty = 0.f;
+  double uniform = 0.0;  // the draw, in [0, 1)
+};
+// A token the penalties of sample `sample` touch: `count` times in the
+// output, `seen` when in the prompt or the output (the repetition set).
+struct PenaltyToken {
+  int32_t sample = 0, id = 0, count = 0, seen = 0;
+};
+// out[i] = the token sampled from logits row params[i].row (rows of `vocab`),
+// i < samples, or -1 when that row holds a NaN: penalties applied in place first (the CPU Sampler's
+// order: repetition, then presence and frequency), then greedy argmax
+// (lowest id on ties) or temperature with top-k, top-p and min-p (ties at a
+// cutoff are all kept) and a draw over the kept tokens in id order.
+void sample_rows(float* logits, int64_t samples, int64_t vocab, const SampleRow* params,
+                 const PenaltyToken* penalties, int64_t penalty_count, int32_t* out,
+                 cudaStream_t stream);
+
+// A matrix of affine-quantized weights on the device (MLX layout): codes of
+// `bits` (4 or 8) packed little-endian in uint32 words, rows of
+// cols · bits / 32 words (16-byte aligned); scales and biases f32
+// [rows, cols / group], group 32, 64 or 128; w = scale · q + bias.
+struct AffineMatrix {
+  const uint32_t* data = nullptr;
+  const float* scales = nullptr;
+  const float* biases = nullptr;
+  int bits = 4, group = 64;
+  int64_t rows = 0, cols = 0;
+};
+// y[t, r] = Σ_c w[r, c] · x[t, c] for t < n (x 16-byte aligned): the decode
+// GEMV streaming the packed codes (f32 math: Σ scale · q · x + bias · x).
+void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream);
+// out[i, c] = bf16(w[r0 + i, c]) for i < m: tiles for cuBLAS prefill.
+void dequantize_affine_bf16(const AffineMatrix& w, int64_t r0, int64_t m, uint16_t* out,
+                            cudaStream_t stream);
+// out[t] = w[ids[t]] · factor (f32 rows of cols): quantized embedding tables.
+void embed_rows_affine(const AffineMatrix& w, const int32_t* ids, int64_t n, float factor,
+                       float* out, cudaStream_t stream);
+
+// Waits `ns` nanoseconds on the device (profiling: lets the host queue a
+// whole step before the GPU starts it).
+void device_sleep(uint64_t ns, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+
 #include "backend/cuda/check.h"
 
 namespace tandem::cuda {
@@ -9,6 +11,19 @@ namespace tandem::cuda {
 void throw_cuda_error(cudaError_t e, const char* call, const char* file, int line) {
   fail("CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(e), cudaGetErrorString(e), call, file,
        line);
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("TANDEM_CUDA_PDL");
+    if (e && std::string(e) == "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return on;
 }
 
 int device_count(std::string* why) {

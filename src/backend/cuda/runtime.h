@@ -22,6 +22,10 @@ struct DeviceInfo {
 // driver older than the runtime, no GPU).
 int device_count(std::string* why);
 DeviceInfo device_info(int index);
+// Whether kernel launches use programmatic dependent launch (launch.h):
+// the current device is sm_90 or newer and TANDEM_CUDA_PDL is not 0
+// (decided once per process).
+bool pdl_enabled();
 // The runtime and driver versions as "13.0" strings.
 std::string runtime_version();
 std::string driver_version();

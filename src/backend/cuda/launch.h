@@ -1,0 +1,54 @@
+// Kernel launches with programmatic dependent launch (PDL, sm_90+), so a
+// decode step's ~150 small kernels overlap their launch and ramp-up with the
+// tail of the kernel before (inside CUDA graphs too).
+//
+// Contract of every kernel started by launch(): it calls pdl_wait() before
+// it reads memory an earlier kernel writes, and before it writes memory an
+// earlier kernel may still read (pdl_wait returns once the previous kernel
+// has finished and its writes are visible); it may read what no kernel
+// writes (weights) before that. pdl_launch_dependents() lets the next kernel
+// be scheduled (its blocks then wait in pdl_wait). Without PDL (devices
+// before sm_90, or TANDEM_CUDA_PDL=0) both are no-ops and launches are
+// ordinary.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/runtime.h"
+
+namespace tandem::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (pdl_enabled()) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace tandem::cuda
