@@ -49,9 +49,11 @@ for m in $configs; do
   done
 done >"$out/bench.jsonl" 2>"$out/bench-stderr.log"
 
-# Affine 4/8-bit weights quantized on load (group 64): batch 1 on two 1B
-# shapes, and 32 sequences.
+# Affine 4/8-bit weights quantized on load (group 64) and kept packed on the
+# device: batch 1 on two 1B shapes, and 32 sequences. Then batch 1 with
+# programmatic dependent launch (opt-in until measured).
 if [ -n "$configs" ] && [ "$mode" != quick ]; then
+  export TANDEM_CUDA_PACKED_QUANT=1
   for q in 4 8; do
     timeout 120 "$build/bench_cuda_decode" bench/configs/gemma-3-1b.json --context 128 \
       --tokens 128 --prefill 512 --quantize $q
@@ -60,6 +62,9 @@ if [ -n "$configs" ] && [ "$mode" != quick ]; then
   done
   timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 1024 \
     --tokens 32 --batch 32 --prefill 16 --quantize 4
+  unset TANDEM_CUDA_PACKED_QUANT
+  TANDEM_CUDA_PDL=1 timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json \
+    --context 128 --tokens 128 --prefill 512
 fi >>"$out/bench.jsonl" 2>>"$out/bench-stderr.log"
 
 # Which ops take a decode step's time: the decoder's own per-op timing

@@ -18,9 +18,10 @@
 // parameters per token, attention excluded).
 //
 // --quantize quantizes the checkpoint on load (affine, group 64, as
-// `--quantize q4|q8`), so the bytes streamed are the packed codes, scales and
-// biases. Decode steps sample greedily on the device, as the engine does for
-// requests without constraints or logprobs; --host-logits copies every
+// `--quantize q4|q8`); with TANDEM_CUDA_PACKED_QUANT=1 the device keeps the
+// codes packed, so the bytes streamed are the codes, scales and biases
+// (otherwise they are dequantized to bf16 at upload). Decode steps sample greedily on the device,
+// as the engine does for requests without constraints or logprobs; --host-logits copies every
 // sequence's logits to the host instead (the engine's other path).
 // --profile then runs one more step eagerly with a timing event after each
 // op and prints, per op kind, its device time, share of the step and
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
       const auto ops = dec.profile_step(step);
       double total = 0;
       for (const auto& op : ops) total += op.ms;
-      std::fprintf(stderr, "profile: %s batch %lld context %lld, one eager step: %.3f ms\n",
+      std::fprintf(stderr, "profile: %s batch %lld context %lld, one step, ops summed: %.3f ms\n",
                    config.c_str(), (long long)batch, (long long)context, total);
       std::fprintf(stderr, "  %-34s %5s %9s %6s %9s\n", "op", "calls", "ms", "share", "GB/s");
       for (const auto& op : ops)
@@ -199,9 +200,10 @@ int main(int argc, char** argv) {
       "\"fraction\": %.3f, \"prefill_tokens\": %lld, \"prefill_tok_s\": %.1f, "
       "\"prefill_tflops\": %.2f}\n",
       config.c_str(), cuda::device_info(0).name.c_str(), dtype.c_str(), (long long)batch,
-      host_logits ? "host" : "device greedy", quantize ? (quantize == 4 ? "q4" : "q8") : "", (long long)context, (long long)tokens,
-      steps_s * double(batch), 1e3 / steps_s, dec.weight_bytes(), dec.streamed_bytes(),
-      double(batch) * kv_bytes, gbs, peak, gbs / peak, (long long)prefill,
-      double(prefill) / prefill_s, 2.0 * params * double(prefill) / prefill_s / 1e12);
+      host_logits ? "host" : "device greedy", quantize ? (quantize == 4 ? "q4" : "q8") : "",
+      (long long)context, (long long)tokens, steps_s * double(batch), 1e3 / steps_s,
+      dec.weight_bytes(), dec.streamed_bytes(), double(batch) * kv_bytes, gbs, peak, gbs / peak,
+      (long long)prefill, double(prefill) / prefill_s,
+      2.0 * params * double(prefill) / prefill_s / 1e12);
   return 0;
 }

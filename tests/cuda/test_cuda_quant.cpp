@@ -3,8 +3,9 @@
 //  - gemv_affine: |gpu - ref| ≤ 1e-5 · Σ|w·x| + 1e-6 (f32 sums in another
 //    order), bits 4 and 8, groups 32/64/128, batches 1, 3 and 9;
 //  - dequantize_affine_bf16 and embed_rows_affine: bit-exact;
-//  - cuda::Decoder on on-load-quantized fixtures (the matrices stay packed on
-//    the device: 4-bit weights take fewer bytes than 8-bit ones) against the
+//  - cuda::Decoder on on-load-quantized fixtures with
+//    TANDEM_CUDA_PACKED_QUANT=1 (the matrices stay packed on the device:
+//    4-bit weights take fewer bytes than 8-bit ones) against the
 //    CPU decoder on the same quantized model with exact f32 activations
 //    (its reference path): GEMV steps within 1e-4 × std; prefill steps
 //    through bf16 tiles of the dequantized weights within 5e-2 × std (the
@@ -151,6 +152,7 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuReferencePath) {
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
   const std::vector<int32_t> ids = {144, 31, 102, 78, 270, 261, 176, 226, 125, 65, 159, 141, 19};
   const int64_t n = int64_t(ids.size());
+  setenv("TANDEM_CUDA_PACKED_QUANT", "1", 1);  // the packed path (opt-in until it has run on a GPU)
   for (const char* name : {"llama-f32", "qwen3-f32", "gemma4_text-f32", "ministral3-f32"}) {
     size_t bytes_at[9] = {};
     for (int bits : {4, 8}) {
@@ -186,6 +188,7 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuReferencePath) {
     }
     EXPECT_LT(bytes_at[4], bytes_at[8]) << name << ": 4-bit weights should stay packed";
   }
+  unsetenv("TANDEM_CUDA_PACKED_QUANT");
 }
 
 }  // namespace

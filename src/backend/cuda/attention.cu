@@ -36,43 +36,33 @@ __device__ __forceinline__ int64_t kv_offset(const StepLayout& at, int64_t t, in
 
 constexpr int kThreads = 128;  // per attention block
 
-// Keys per tile: K and V tiles of tile · head_dim ≤ 2048 floats each, two of
-// each in flight (double buffering): 32 KiB of shared memory.
+// Keys per tile: K and V tiles of tile · head_dim ≤ 4096 floats each.
 __host__ __device__ constexpr int tile_keys(int64_t head_dim) {
-  return head_dim <= 64 ? 32 : head_dim <= 128 ? 16 : head_dim <= 256 ? 8 : 4;
+  return head_dim <= 128 ? 32 : head_dim <= 256 ? 16 : 8;
 }
-
-// 16 bytes global → shared without passing through registers (sm_80+);
-// `valid` false writes zeros.
-__device__ __forceinline__ void copy16_async(float* dst, const float* src, bool valid) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void copy_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void copy_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+// 16-byte loads per thread for one of a tile's K or V (vector path).
+constexpr int kTileLoads = 4096 / 4 / kThreads;
 
 // One block of 128 threads per (token, kv head, split): the G = heads /
 // kv_heads query heads that read the same K/V rows (GQA) share the block, so
 // each row is read from memory once. The split's key range is walked in
-// tiles; the next tile's K and V rows are copied to shared memory
-// asynchronously while the current one is computed:
-//  1. the G · tile scores q·k, each by a group of L lanes (L = 128 / (G ·
-//     tile), at least 1) that split the dims and reduce by shuffles; the
-//     dims are walked from a rotation that depends on the key, so K reads
-//     hit distinct banks;
-//  2. one warp per head: the tile's max, the weights exp(s - m) and the
+// tiles, the next tile's K and V rows loaded into registers while the
+// current one is computed:
+//  1. the tile's rows go from registers to shared memory;
+//  2. the G · tile scores q·k (thread ↔ (head, key); each thread starts its
+//     dot product at a dim rotated by its key, so the K reads hit distinct
+//     banks);
+//  3. one warp per head: the tile's max, the weights exp(s - m) and the
 //     online-softmax rescaling of the head's running sum;
-//  3. each thread updates the OPT outputs (head, dim) it owns, kept in
+//  4. each thread updates the OPT outputs (head, dim) it owns, kept in
 //     registers: acc = acc · correction + Σ_key w · v.
 // Index math inside the block is 32-bit (64-bit division is emulated and
 // was once this kernel's largest cost). The result is final (splits == 1)
 // or a partial (m, l, unnormalized o) for attention_combine_kernel.
+//
+// (A version that copies the tiles with cp.async into double buffers and
+// splits each score over several lanes for large head dims is the next
+// step; it was written but could not yet be run on a GPU.)
 template <int OPT>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
@@ -84,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
   const int split = int(blockIdx.y);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t kv_dim = p.kv_heads * Dh, q_dim = p.heads * Dh;
-  const int tile = tile_keys(Dh), tile_floats = tile * Dh;
+  const int tile = tile_keys(Dh);
   const int64_t pos = at.positions[t];
   const int64_t lo = p.window > 0 ? (pos - p.window + 1 > 0 ? pos - p.window + 1 : 0) : 0;
   const int64_t hi = at.key_end[t];
@@ -100,13 +90,13 @@ __global__ void __launch_bounds__(kThreads)
     return ((int64_t(table[j >> shift]) << shift) + (j & in_block)) * kv_dim + kvh * Dh;
   };
 
-  // Shared: q [G][Dh], two K and two V tiles [tile][Dh], weights [G][tile],
-  // and per head m, l and this tile's correction.
+  // Shared: q [G][Dh], K and V tiles [tile][Dh], weights [G][tile], and per
+  // head m, l and this tile's correction.
   extern __shared__ float shared[];
   float* qs = shared;
-  float* kbuf = qs + G * Dh;
-  float* vbuf = kbuf + 2 * tile_floats;
-  float* ws = vbuf + 2 * tile_floats;
+  float* ks = qs + G * Dh;
+  float* vs = ks + tile * Dh;
+  float* ws = vs + tile * Dh;
   float* ms = ws + G * tile;
   float* ls = ms + G;
   float* cs = ls + G;
@@ -128,94 +118,91 @@ __global__ void __launch_bounds__(kThreads)
   }
   const bool vec4 = Dh % 4 == 0 && kv_dim % 4 == 0;
   const int per_row = Dh / 4;
-  // Lanes per score: a power of two with G · tile · L ≤ 128.
-  int L = 1;
-  while (L < 32 && G * tile * L * 2 <= kThreads) L *= 2;
+  // This thread's pieces of a tile (vector path): key and 16-byte column.
+  int piece_key[kTileLoads], piece_col[kTileLoads];
+#pragma unroll
+  for (int u = 0; u < kTileLoads; ++u) {
+    const int i = threadIdx.x + u * kThreads;
+    piece_key[u] = vec4 ? i / per_row : tile;
+    piece_col[u] = vec4 ? i % per_row : 0;
+  }
 
-  // Fills buffer b with the tile at `base` (missing keys: zeros); vector
-  // path asynchronous, scalar path synchronous.
-  auto fetch = [&](int64_t base, int b) {
+  // Registers for the next tile (vector path).
+  float4 kr[kTileLoads], vr[kTileLoads];
+  auto load_tile = [&](int64_t base) {
     const int n = int(end - base < tile ? end - base : tile);
-    float* kd = kbuf + b * tile_floats;
-    float* vd = vbuf + b * tile_floats;
-    if (vec4) {
-      for (int i = threadIdx.x; i < tile * per_row; i += kThreads) {
-        const int key = i / per_row, c = i % per_row;
-        const bool ok = key < n;
-        const int64_t off = ok ? row(base + key) + 4 * c : 0;
-        copy16_async(kd + 4 * i, p.k_base + off, ok);
-        copy16_async(vd + 4 * i, p.v_base + off, ok);
-      }
-      copy_commit();
-    } else {
-      for (int i = threadIdx.x; i < tile_floats; i += kThreads) {
-        const int key = i / Dh, d = i % Dh;
-        const int64_t off = key < n ? row(base + key) : -1;
-        kd[i] = off >= 0 ? p.k_base[off + d] : 0.f;
-        vd[i] = off >= 0 ? p.v_base[off + d] : 0.f;
+#pragma unroll
+    for (int u = 0; u < kTileLoads; ++u) {
+      const int key = piece_key[u];
+      kr[u] = vr[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (key < n) {
+        const int64_t off = row(base + key) + 4 * piece_col[u];
+        kr[u] = *reinterpret_cast<const float4*>(p.k_base + off);
+        vr[u] = *reinterpret_cast<const float4*>(p.v_base + off);
       }
     }
   };
-  if (first < end) fetch(first, 0);
+  if (vec4 && first < end) load_tile(first);
 
-  int b = 0;
-  for (int64_t base = first; base < end; base += tile, b ^= 1) {
+  for (int64_t base = first; base < end; base += tile) {
     const int n = int(end - base < tile ? end - base : tile);
-    __syncthreads();  // buffer b ^ 1 is consumed; q and the first tile are in place
-    if (base + tile < end) {
-      fetch(base + tile, b ^ 1);
-      if (vec4) copy_wait<1>();  // this tile's group has landed
-    } else if (vec4) {
-      copy_wait<0>();
+    __syncthreads();  // the previous tile is consumed (and q is in place)
+    // 1. The tile's K and V rows (missing keys: zeros), then the next
+    // tile's loads go out.
+    if (vec4) {
+#pragma unroll
+      for (int u = 0; u < kTileLoads; ++u) {
+        const int i = threadIdx.x + u * kThreads;
+        if (i < tile * per_row) {
+          reinterpret_cast<float4*>(ks)[i] = kr[u];
+          reinterpret_cast<float4*>(vs)[i] = vr[u];
+        }
+      }
+      if (base + tile < end) load_tile(base + tile);
+    } else {
+      for (int i = threadIdx.x; i < tile * Dh; i += kThreads) {
+        const int key = i / Dh, d = i % Dh;
+        const int64_t off = key < n ? row(base + key) : -1;
+        ks[i] = off >= 0 ? p.k_base[off + d] : 0.f;
+        vs[i] = off >= 0 ? p.v_base[off + d] : 0.f;
+      }
     }
     __syncthreads();
-    const float* ks = kbuf + b * tile_floats;
-    const float* vs = vbuf + b * tile_floats;
-    // 1. Scores.
-    for (int base_pi = 0; base_pi < G * tile * L; base_pi += kThreads) {
-      const int pi = base_pi + int(threadIdx.x);
-      const int pair = pi / L, sub = pi % L;
-      const int g = pair / tile, key = pair % tile;
-      const bool active = pair < G * tile && key < n;
-      float dot = 0.f;
-      if (active) {
+    // 2. Scores.
+    for (int pi = threadIdx.x; pi < G * tile; pi += kThreads) {
+      const int g = pi / tile, key = pi % tile;
+      float s = -FLT_MAX;
+      if (key < n) {
         const float* kq = ks + key * Dh;
         const float* qr = qs + g * Dh;
-        if (vec4) {  // float4 steps sub, sub + L, ... from the key's rotation
-          int c = (key * L + sub) % per_row;
-          for (int i = sub; i < per_row; i += L) {
+        float dot = 0.f;
+        if (vec4) {  // float4 steps, starting at the key's rotation
+          int c = key % per_row;
+          for (int i = 0; i < per_row; ++i) {
             const float4 a = reinterpret_cast<const float4*>(qr)[c];
-            const float4 k4 = reinterpret_cast<const float4*>(kq)[c];
-            dot += a.x * k4.x + a.y * k4.y + a.z * k4.z + a.w * k4.w;
-            c += L;
-            if (c >= per_row) c -= per_row;
+            const float4 b = reinterpret_cast<const float4*>(kq)[c];
+            dot += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+            if (++c == per_row) c = 0;
           }
         } else {
-          int d = (key + sub) % Dh;
-          for (int i = sub; i < Dh; i += L) {
+          int d = key % Dh;
+          for (int i = 0; i < Dh; ++i) {
             dot += qr[d] * kq[d];
-            d += L;
-            if (d >= Dh) d -= Dh;
+            if (++d == Dh) d = 0;
           }
         }
+        s = dot * p.scale;
+        if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
       }
-      for (int o = L / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      if (pair < G * tile && sub == 0) {
-        float sc = -FLT_MAX;
-        if (active) {
-          sc = dot * p.scale;
-          if (p.softcap > 0.f) sc = p.softcap * tanhf(sc / p.softcap);
-        }
-        ws[pair] = sc;
-      }
+      ws[pi] = s;
     }
     __syncthreads();
-    // 2. Online softmax, one warp per head.
+    // 3. Online softmax, one warp per head.
     for (int g = warp; g < G; g += kThreads / 32) {
-      const float sc = lane < n ? ws[g * tile + lane] : -FLT_MAX;
+      const float s = lane < n ? ws[g * tile + lane] : -FLT_MAX;
       const float m_old = ms[g];
-      const float m_new = fmaxf(m_old, warp_max(sc));
-      const float w = lane < n ? expf(sc - m_new) : 0.f;
+      const float m_new = fmaxf(m_old, warp_max(s));
+      const float w = lane < n ? expf(s - m_new) : 0.f;
       if (lane < tile) ws[g * tile + lane] = w;
       const float sum = warp_sum(w);
       if (lane == 0) {
@@ -226,7 +213,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
-    // 3. Values.
+    // 4. Values.
 #pragma unroll
     for (int i = 0; i < OPT; ++i) {
       if (out_g[i] >= G) break;
@@ -378,7 +365,7 @@ template <int OPT>
 void launch_attention(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
                       float* out, cudaStream_t stream) {
   const int64_t G = p.heads / p.kv_heads, Dh = p.head_dim, tile = tile_keys(Dh);
-  const size_t smem = size_t(G * Dh + 4 * tile * Dh + G * tile + 3 * G) * sizeof(float);
+  const size_t smem = size_t(G * Dh + 2 * tile * Dh + G * tile + 3 * G) * sizeof(float);
   static bool raised = false;  // once per instantiation: allow up to 96 KiB
   if (!raised) {
     CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<OPT>,

@@ -57,9 +57,14 @@ struct DevMatrix {
   }
 };
 
-// Whether parts uploaded together stay quantized on the device: every part
-// affine with the same bits and group size (what the GEMV kernel streams).
+// Whether parts uploaded together stay quantized on the device: packed
+// weights are asked for (TANDEM_CUDA_PACKED_QUANT=1: the kernels are written
+// and tested against the CPU, but have not yet run on a GPU, so the default
+// still dequantizes to bf16 at upload) and every part is affine with the
+// same bits and group size (what the GEMV kernel streams).
 bool stays_affine(const std::vector<const WeightMatrix*>& parts) {
+  const char* e = std::getenv("TANDEM_CUDA_PACKED_QUANT");
+  if (!e || std::string(e) != "1") return false;
   const WeightMatrix* first = nullptr;
   for (const WeightMatrix* w : parts) {
     if (!w->data || w->rows == 0) continue;

@@ -2,9 +2,11 @@
 // (model/decoder.h), batched over sequences with paged KV.
 //
 // Weights are uploaded once: bf16 and f32 as stored, f16 widened to f32,
-// affine 4/8-bit matrices (MLX, and GGUF Q8_0/Q4_0/Q4_K as loaded) kept
-// packed with f32 scales and biases — unless the parts of a fused projection
-// mix formats, which are then dequantized to bf16. The KV rows live in
+// affine 4/8-bit matrices (MLX, and GGUF Q8_0/Q4_0/Q4_K as loaded)
+// dequantized to bf16 — or, with TANDEM_CUDA_PACKED_QUANT=1, kept packed
+// with f32 scales and biases for the fused-dequant GEMV (unfinished: not yet
+// run on a GPU; parts of a fused projection that mix formats are always
+// dequantized). The KV rows live in
 // device memory under the block ids of the engine's KvPool (created without
 // host storage), one extra scratch block per kind for padding. Activations
 // are f32; decode-sized steps run the GEMV kernels (f32 accumulation over

@@ -7,9 +7,9 @@
 // earlier kernel may still read (pdl_wait returns once the previous kernel
 // has finished and its writes are visible); it may read what no kernel
 // writes (weights) before that. pdl_launch_dependents() lets the next kernel
-// be scheduled (its blocks then wait in pdl_wait). Without PDL (devices
-// before sm_90, or TANDEM_CUDA_PDL=0) both are no-ops and launches are
-// ordinary.
+// be scheduled (its blocks then wait in pdl_wait). Without PDL (the default
+// until it has run on a GPU: TANDEM_CUDA_PDL=1 turns it on; devices before
+// sm_90) both are no-ops and launches are ordinary.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,9 +33,15 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// Included only by .cu files (the launch syntax below needs nvcc).
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             Args&&... args) {
+  if (!pdl_enabled()) {  // the ordinary launch
+    kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -44,10 +50,8 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
   cudaLaunchAttribute attr[1] = {};
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  if (pdl_enabled()) {
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

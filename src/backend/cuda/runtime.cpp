@@ -15,8 +15,9 @@ void throw_cuda_error(cudaError_t e, const char* call, const char* file, int lin
 
 bool pdl_enabled() {
   static const bool on = [] {
+    // Off unless asked for: written and built, not yet run on a GPU.
     const char* e = std::getenv("TANDEM_CUDA_PDL");
-    if (e && std::string(e) == "0") return false;
+    if (!e || std::string(e) != "1") return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)

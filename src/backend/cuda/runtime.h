@@ -23,8 +23,9 @@ struct DeviceInfo {
 int device_count(std::string* why);
 DeviceInfo device_info(int index);
 // Whether kernel launches use programmatic dependent launch (launch.h):
-// the current device is sm_90 or newer and TANDEM_CUDA_PDL is not 0
-// (decided once per process).
+// TANDEM_CUDA_PDL=1 and the current device is sm_90 or newer (decided once
+// per process). Off by default: the kernels follow its contract, but it has
+// not yet run on a GPU.
 bool pdl_enabled();
 // The runtime and driver versions as "13.0" strings.
 std::string runtime_version();
