@@ -49,6 +49,14 @@ void Sampler::apply_penalties(float* logits, int64_t vocab, std::span<const int3
   }
 }
 
+// The filters and the draw walk the candidates from the most likely down,
+// usually only a few of them, so the candidates are sorted only as far as a
+// walk reaches: each extension partial-sorts the next, geometrically larger,
+// stretch of the rest (which is never above the sorted prefix), instead of
+// sorting the whole vocabulary (262k entries for Gemma) for every token.
+// The walks see the same order as a full sort, so the token is the one a full
+// sort would give, up to the summation order of the total (a relative
+// 1e-16 on the draw's range).
 int32_t Sampler::sample(float* logits, int64_t vocab, std::span<const int32_t> prompt,
                         std::span<const int32_t> output) {
   apply_penalties(logits, vocab, prompt, output);
@@ -59,38 +67,62 @@ int32_t Sampler::sample(float* logits, int64_t vocab, std::span<const int32_t> p
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
+  size_t sorted = 0;  // candidates_[0, sorted) hold the largest, in order
   if (params_.top_k > 0 && size_t(params_.top_k) < candidates_.size()) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(),
-                      by_logit);
+    // A small k: a heap of k in one pass, sorted; a large one: the k largest
+    // found, their order left to the walks.
+    const auto k = candidates_.begin() + params_.top_k;
+    if (params_.top_k <= 4096) {
+      std::partial_sort(candidates_.begin(), k, candidates_.end(), by_logit);
+      sorted = size_t(params_.top_k);
+    } else {
+      std::nth_element(candidates_.begin(), k, candidates_.end(), by_logit);
+    }
     candidates_.resize(size_t(params_.top_k));
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
   }
+  auto sort_to = [&](size_t n) {
+    if (n <= sorted) return;
+    n = std::min(candidates_.size(), std::max({n, size_t(64), 2 * sorted}));
+    std::partial_sort(candidates_.begin() + std::ptrdiff_t(sorted),
+                      candidates_.begin() + std::ptrdiff_t(n), candidates_.end(), by_logit);
+    sorted = n;
+  };
+  sort_to(1);
   const float max_logit = candidates_.front().first;
+  auto weight = [&](size_t i) { return std::exp(candidates_[i].first - max_logit); };
   double total = 0.0;
-  for (auto& c : candidates_) total += (c.first = std::exp(c.first - max_logit));
+  for (size_t i = 0; i < candidates_.size(); ++i) total += weight(i);
+  size_t kept = candidates_.size();
   if (params_.top_p < 1.0f) {
     double cumulative = 0.0;
     size_t n = 0;
-    while (n < candidates_.size() && cumulative < params_.top_p * total)
-      cumulative += candidates_[n++].first;
-    candidates_.resize(std::max<size_t>(n, 1));
-    total = cumulative > 0 ? cumulative : candidates_.front().first;
+    while (n < kept && cumulative < params_.top_p * total) {
+      sort_to(n + 1);
+      cumulative += weight(n++);
+    }
+    kept = std::max<size_t>(n, 1);
+    total = cumulative > 0 ? cumulative : weight(0);
   }
   if (params_.min_p > 0.0f) {
     // The top candidate has weight exp(0) = 1.
     size_t n = 1;
-    while (n < candidates_.size() && candidates_[n].first >= params_.min_p) ++n;
+    while (n < kept) {
+      sort_to(n + 1);
+      if (weight(n) < params_.min_p) break;
+      ++n;
+    }
+    kept = n;
     total = 0.0;
-    candidates_.resize(n);
-    for (const auto& c : candidates_) total += c.first;
+    for (size_t i = 0; i < kept; ++i) total += weight(i);
   }
   double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
-  for (const auto& c : candidates_) {
-    r -= c.first;
-    if (r <= 0.0) return c.second;
+  for (size_t i = 0; i < kept; ++i) {
+    sort_to(i + 1);
+    r -= weight(i);
+    if (r <= 0.0) return candidates_[i].second;
   }
-  return candidates_.back().second;
+  sort_to(kept);
+  return candidates_[kept - 1].second;
 }
 
 }  // namespace tandem
