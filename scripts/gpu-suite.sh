@@ -51,7 +51,7 @@ done >"$out/bench.jsonl" 2>"$out/bench-stderr.log"
 
 # Affine 4/8-bit weights quantized on load (group 64) and kept packed on the
 # device: batch 1 on two 1B shapes, and 32 sequences. Then batch 1 with
-# programmatic dependent launch (opt-in until measured).
+# programmatic dependent launch off (it is on for GEMV-sized steps by default).
 if [ -n "$configs" ] && [ "$mode" != quick ]; then
   export TANDEM_CUDA_PACKED_QUANT=1
   for q in 4 8; do
@@ -63,9 +63,12 @@ if [ -n "$configs" ] && [ "$mode" != quick ]; then
   timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 1024 \
     --tokens 32 --batch 32 --prefill 16 --quantize 4
   unset TANDEM_CUDA_PACKED_QUANT
-  TANDEM_CUDA_PDL=1 timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json \
+  TANDEM_CUDA_PDL=0 timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json \
     --context 128 --tokens 128 --prefill 512
 fi >>"$out/bench.jsonl" 2>>"$out/bench-stderr.log"
+
+# Prefill attention kernels alone (tensor-core prefill vs the decode kernel).
+[ -x "$build/bench_cuda_attention" ] && timeout 120 "$build/bench_cuda_attention" >"$out/attention.txt" 2>&1
 
 # Which ops take a decode step's time: the decoder's own per-op timing
 # (bench_cuda_decode --profile), batch 1 for each shape, batch 32 for one.

@@ -2,13 +2,16 @@
 // attention (GQA, sliding window, soft-cap, bidirectional key_end, shuffled
 // block tables, head dims up to 512 and not a multiple of 4, up to 8 query
 // heads per kv head), RoPE, and the KV write.
-// Attention runs with 1, 3 and 7 key-range splits (flash-decoding).
+// Attention runs with 1, 3 and 7 key-range splits (flash-decoding), and
+// through the tensor-core prefill kernel where it takes the head dim.
 // Tolerances: attention |gpu - cpu| ≤ 2e-5 + 2e-5·|cpu| (online vs two-pass
-// softmax); RoPE ≤ 1e-5 · (|a| + |b|) (sincosf vs libm); KV write exact.
+// softmax); the prefill kernel ≤ 5e-5 + 5e-5·|cpu| (bf16 hi/lo products
+// carry 16 significant bits); RoPE ≤ 1e-5 · (|a| + |b|) (sincosf vs libm); KV write exact.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -48,7 +51,11 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
         Case{4, 2, 96, 64, 20, 0, 0.f, true}, Case{6, 3, 80, 33, 33, 8, 0.f, false},
         // Gemma 4 E2B's global layers (8 query heads on one kv head of 512)
         // and a head dim that is not a multiple of 4.
-        Case{8, 1, 512, 70, 2, 0, 0.f, false}, Case{6, 2, 18, 45, 3, 0, 0.f, false}}) {
+        Case{8, 1, 512, 70, 2, 0, 0.f, false}, Case{6, 2, 18, 45, 3, 0, 0.f, false},
+        // Prefill chunks: several query tiles, a window inside them, soft-cap
+        // with bidirectional rows, Gemma's 256 and 512 head dims.
+        Case{4, 2, 64, 150, 100, 40, 0.f, false}, Case{4, 2, 128, 90, 70, 0, 30.f, true},
+        Case{4, 1, 256, 140, 130, 0, 0.f, false}, Case{8, 1, 512, 96, 80, 0, 0.f, false}}) {
     const int64_t kv_dim = c.kv_heads * c.head_dim, q_dim = c.heads * c.head_dim;
     const int64_t nblocks = (c.ctx + block_size - 1) / block_size;
     // Blocks in shuffled order inside a pool with spare blocks.
@@ -90,21 +97,22 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
     at.seq = ds.as<int32_t>();
     at.tables = dt.as<int32_t>();
     at.table_start = dst.as<int32_t>();
+    cuda::PagedAttention base;
+    base.heads = c.heads;
+    base.kv_heads = c.kv_heads;
+    base.head_dim = c.head_dim;
+    base.scale = cp.scale;
+    base.softcap = c.softcap;
+    base.window = c.window;
+    base.k_base = dk.as<float>();
+    base.v_base = dv.as<float>();
+    base.block_size = block_size;
     for (int splits : {1, 3, 7}) {
       cuda::DeviceBuffer dout(want.size() * sizeof(float));
       cuda::DeviceBuffer partial(
           std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, c.head_dim, splits)) *
           sizeof(float));
-      cuda::PagedAttention gp;
-      gp.heads = c.heads;
-      gp.kv_heads = c.kv_heads;
-      gp.head_dim = c.head_dim;
-      gp.scale = cp.scale;
-      gp.softcap = c.softcap;
-      gp.window = c.window;
-      gp.k_base = dk.as<float>();
-      gp.v_base = dv.as<float>();
-      gp.block_size = block_size;
+      cuda::PagedAttention gp = base;
       gp.splits = splits;
       gp.partial = partial.as<float>();
       cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr);
@@ -117,6 +125,28 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
                         << " cpu " << want[i];
       EXPECT_EQ(bad, 0u) << "head_dim " << c.head_dim << " splits " << splits;
     }
+    // The tensor-core prefill kernel, where it takes this head dim.
+    if (!cuda::attention_prefill_supported(c.head_dim, 0)) continue;
+    const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(seq.data(), c.n);
+    auto dtiles = upload(tiles);
+    cuda::DeviceBuffer dout(want.size() * sizeof(float));
+    cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), int64_t(tiles.size() / 2),
+                            base, dout.as<float>(), nullptr);
+    const auto got = download<float>(dout, want.size());
+    size_t bad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
+      worst = std::max(worst, std::isnan(err) ? 1e30 : err);
+      if (!(std::fabs(got[i] - want[i]) <= 5e-5 + 5e-5 * std::fabs(want[i])) && bad++ < 3)
+        ADD_FAILURE() << "prefill kernel H" << c.heads << " K" << c.kv_heads << " Dh" << c.head_dim
+                      << " ctx " << c.ctx << " n " << c.n << " [" << i << "] gpu " << got[i]
+                      << " cpu " << want[i];
+    }
+    std::printf(
+        "[prefill attention] H%lld K%lld Dh%lld n %lld: max |gpu - cpu| / (1 + |cpu|) = %.2e\n",
+        (long long)c.heads, (long long)c.kv_heads, (long long)c.head_dim, (long long)c.n, worst);
+    EXPECT_EQ(bad, 0u) << "prefill kernel, head_dim " << c.head_dim;
   }
 }
 
@@ -168,6 +198,21 @@ TEST_F(CudaAttention, KvWriteFillsThePagedRows) {
         got.data() + (table[size_t(pos / block_size)] * block_size + pos % block_size) * kv_dim;
     for (int64_t i = 0; i < kv_dim; ++i) ASSERT_EQ(dst[i], rows[size_t(t * kv_dim + i)]);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Host-side: which step tokens each prefill query tile covers.
+TEST(CudaPrefillTiles, RunsOfOneSequenceCutEvery64Tokens) {
+  std::vector<int32_t> seq;
+  for (int i = 0; i < 150; ++i) seq.push_back(0);  // a prefill chunk: 64 + 64 + 22
+  seq.push_back(1);                                // a decode token
+  for (int i = 0; i < 3; ++i) seq.push_back(2);    // a short chunk
+  const std::vector<int32_t> want = {0, 64, 64, 128, 128, 150, 150, 151, 151, 154};
+  EXPECT_EQ(cuda::attention_prefill_tiles(seq.data(), int64_t(seq.size())), want);
+  EXPECT_TRUE(cuda::attention_prefill_tiles(seq.data(), 0).empty());
 }
 
 }  // namespace

@@ -8,9 +8,10 @@
 //    4-bit weights take fewer bytes than 8-bit ones) against the
 //    CPU decoder on the same quantized model with exact f32 activations
 //    (its reference path): GEMV steps within 1e-4 × std; prefill steps
-//    through bf16 tiles of the dequantized weights within 5e-2 × std (the
-//    tiles round each weight to bf16; these random fixtures amplify that
-//    more than real models do).
+//    through bf16 hi + lo tiles of the dequantized weights (16 significant
+//    bits; bf16 tiles alone were 0.5 × std off on Gemma 4) within 1e-3 ×
+//    std, as the bf16 fixtures' prefill with the tensor-core attention
+//    (these random fixtures amplify rounding more than real models do).
 // Skipped, with the reason printed, where no CUDA device is usable.
 #include <gtest/gtest.h>
 
@@ -83,36 +84,37 @@ struct RandomAffine {
 TEST(CudaQuant, GemvMatchesTheDequantizedReference) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
-  const int64_t rows = 37, cols = 384;
-  for (int bits : {4, 8})
-    for (int group : {32, 64, 128})
-      for (int64_t n : {1, 3, 9}) {
-        RandomAffine w(bits, group, rows, cols, uint32_t(bits * 1000 + group + n));
-        std::mt19937 rng(7);
-        std::normal_distribution<float> d(0.f, 1.f);
-        std::vector<float> x(size_t(n * cols));
-        for (float& v : x) v = d(rng);
-        auto dx = upload(x);
-        cuda::DeviceBuffer dy(size_t(n * rows) * 4);
-        cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
-        const auto got = download<float>(dy, size_t(n * rows));
-        int bad = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-          const std::vector<float> wr = w.row(r);
-          for (int64_t t = 0; t < n; ++t) {
-            double ref = 0, mag = 0;
-            for (int64_t c = 0; c < cols; ++c) {
-              ref += double(wr[size_t(c)]) * x[size_t(t * cols + c)];
-              mag += std::fabs(double(wr[size_t(c)]) * x[size_t(t * cols + c)]);
+  const int64_t rows = 37;
+  for (int64_t cols : {384, 1152})  // fewer 16-byte chunks than lanes; Gemma 3 1B's width
+    for (int bits : {4, 8})
+      for (int group : {32, 64, 128})
+        for (int64_t n : {1, 3, 9}) {
+          RandomAffine w(bits, group, rows, cols, uint32_t(bits * 1000 + group + n + cols));
+          std::mt19937 rng(7);
+          std::normal_distribution<float> d(0.f, 1.f);
+          std::vector<float> x(size_t(n * cols));
+          for (float& v : x) v = d(rng);
+          auto dx = upload(x);
+          cuda::DeviceBuffer dy(size_t(n * rows) * 4);
+          cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
+          const auto got = download<float>(dy, size_t(n * rows));
+          int bad = 0;
+          for (int64_t r = 0; r < rows; ++r) {
+            const std::vector<float> wr = w.row(r);
+            for (int64_t t = 0; t < n; ++t) {
+              double ref = 0, mag = 0;
+              for (int64_t c = 0; c < cols; ++c) {
+                ref += double(wr[size_t(c)]) * x[size_t(t * cols + c)];
+                mag += std::fabs(double(wr[size_t(c)]) * x[size_t(t * cols + c)]);
+              }
+              const double g = got[size_t(t * rows + r)];
+              if (std::fabs(g - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
+                ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
+                              << " [" << t << ", " << r << "] gpu " << g << " ref " << ref;
             }
-            const double g = got[size_t(t * rows + r)];
-            if (std::fabs(g - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
-              ADD_FAILURE() << bits << "-bit group " << group << " n " << n << " [" << t << ", "
-                            << r << "] gpu " << g << " ref " << ref;
           }
+          EXPECT_EQ(bad, 0) << bits << "-bit group " << group << " n " << n;
         }
-        EXPECT_EQ(bad, 0) << bits << "-bit group " << group << " n " << n;
-      }
 }
 
 TEST(CudaQuant, DequantizeAndEmbedAreExact) {
@@ -122,14 +124,19 @@ TEST(CudaQuant, DequantizeAndEmbedAreExact) {
     const int64_t rows = 29, cols = 256;
     RandomAffine w(bits, 64, rows, cols, uint32_t(bits));
     const int64_t r0 = 5, m = 20;
-    cuda::DeviceBuffer tile(size_t(m * cols) * 2);
-    cuda::dequantize_affine_bf16(w.dev, r0, m, tile.as<uint16_t>(), nullptr);
+    cuda::DeviceBuffer tile(size_t(m * cols) * 2), tile_lo(size_t(m * cols) * 2);
+    cuda::dequantize_affine_bf16(w.dev, r0, m, tile.as<uint16_t>(), tile_lo.as<uint16_t>(),
+                                 nullptr);
     const auto bf = download<uint16_t>(tile, size_t(m * cols));
+    const auto bf_lo = download<uint16_t>(tile_lo, size_t(m * cols));
     for (int64_t i = 0; i < m; ++i) {
       const std::vector<float> wr = w.row(r0 + i);
-      for (int64_t c = 0; c < cols; ++c)
-        ASSERT_EQ(bf[size_t(i * cols + c)], f32_to_bf16(wr[size_t(c)]))
-            << bits << "-bit row " << r0 + i << " col " << c;
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint16_t hi = f32_to_bf16(wr[size_t(c)]);
+        ASSERT_EQ(bf[size_t(i * cols + c)], hi) << bits << "-bit row " << r0 + i << " col " << c;
+        ASSERT_EQ(bf_lo[size_t(i * cols + c)], f32_to_bf16(wr[size_t(c)] - bf16_to_f32(hi)))
+            << bits << "-bit row " << r0 + i << " col " << c << " (lo part)";
+      }
     }
     const std::vector<int32_t> ids = {3, 0, 28, 3};
     auto dids = upload(ids);
@@ -171,7 +178,7 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuReferencePath) {
         run_sequence(ref, ids.data(), n, s, want.data(), true);
         cpu::set_quant_reference_for_testing(false);
       }
-      for (int64_t step : {cuda::Decoder::gemv_max_tokens(), int64_t(256)}) {
+      for (int64_t step : {int64_t(2), cuda::Decoder::affine_gemv_max_tokens(), int64_t(256)}) {
         KvPool kv = single_sequence_pool(model->spec, n, step, /*host_storage=*/false);
         cuda::Decoder gpu(*model, kv, step, 0);
         EXPECT_EQ(gpu.weight_bytes(), cuda::Decoder::weight_bytes_for(*model));
@@ -180,8 +187,8 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuReferencePath) {
         std::vector<float> got(size_t(n * V));
         run_sequence(gpu, ids.data(), n, s, got.data(), true);
         const double err = relative_error(got, want);
-        const bool gemv = step <= cuda::Decoder::gemv_max_tokens();
-        EXPECT_LE(err, gemv ? 1e-4 : 5e-2) << name << " " << bits << "-bit, steps of " << step;
+        const bool gemv = step <= cuda::Decoder::affine_gemv_max_tokens();
+        EXPECT_LE(err, gemv ? 1e-4 : 1e-3) << name << " " << bits << "-bit, steps of " << step;
         std::printf("[cuda quant] %-16s %d-bit g32 steps of %3lld: max|gpu - cpu| = %.2e x std\n",
                     name, bits, (long long)step, err);
       }

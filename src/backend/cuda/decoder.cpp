@@ -58,9 +58,10 @@ struct DevMatrix {
 };
 
 // Whether parts uploaded together stay quantized on the device: packed
-// weights are asked for (TANDEM_CUDA_PACKED_QUANT=1: the kernels are written
-// and tested against the CPU, but have not yet run on a GPU, so the default
-// still dequantizes to bf16 at upload) and every part is affine with the
+// weights are asked for (TANDEM_CUDA_PACKED_QUANT=1: on the H200 they match
+// the bf16 path at batch 1 but are several times slower batched, where each
+// step re-dequantizes them, so the default dequantizes to bf16 at upload)
+// and every part is affine with the
 // same bits and group size (what the GEMV kernel streams).
 bool stays_affine(const std::vector<const WeightMatrix*>& parts) {
   const char* e = std::getenv("TANDEM_CUDA_PACKED_QUANT");
@@ -271,6 +272,7 @@ struct Layer {
   int64_t rotary_dim = 0;
   float rope_scaling = 1.f;
   float scalar = 1.f;
+  bool prefill_kernel = false;  // attention_prefill takes this layer's head dim here
 };
 
 // The projections a layer's fused qkv matrix holds, in order.
@@ -295,6 +297,18 @@ bool graphs_enabled_by_env() {
   return !(e && std::string(e) == "0");
 }
 
+// Prefill attention on tensor cores (attention_prefill) unless
+// TANDEM_CUDA_PREFILL_ATTENTION=0 (for measuring it against the decode
+// kernel).
+bool prefill_kernel_enabled() {
+  const char* e = std::getenv("TANDEM_CUDA_PREFILL_ATTENTION");
+  return !(e && std::string(e) == "0");
+}
+
+// Steps whose longest run of one sequence's tokens reaches this many take
+// attention_prefill (each query tile is 16 to 64 rows of mma work).
+constexpr int64_t kPrefillKernelMinRun = 16;
+
 }  // namespace
 
 struct Decoder::Impl {
@@ -308,6 +322,9 @@ struct Decoder::Impl {
   int64_t min_kv_heads = 1;  // over the layers: the attention split count's basis
   bool graphs = graphs_enabled_by_env();
   int64_t gemv_tokens = Decoder::gemv_max_tokens();
+  int64_t affine_gemv_tokens = Decoder::affine_gemv_max_tokens();
+  // Query tiles of this step for attention_prefill (0: the decode kernel).
+  int64_t prefill_tiles = 0;
   size_t weight_bytes = 0, streamed_bytes = 0, kv_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -322,14 +339,14 @@ struct Decoder::Impl {
   // Activations for max_tokens tokens.
   DeviceBuffer h, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, logits, partial;
   DeviceBuffer halves;   // [2, max_tokens, widest non-head projection] f32: the hi/lo GEMM output
-  DeviceBuffer dequant;  // bf16 rows of an affine matrix for a prefill GEMM (empty: none)
+  DeviceBuffer dequant;  // bf16 hi, then lo, rows of an affine matrix for prefill (empty: none)
 
   // The step's inputs: one pinned staging area, uploaded into `inputs`.
   // Offsets in bytes; the tables sections have room for every block of the
   // pool plus one padding entry per token.
   size_t off_ids = 0, off_ple_ids = 0, off_seq = 0, off_logit_rows = 0, off_image_rows = 0,
          off_pos = 0, off_key_end = 0, off_first_sliding = 0, off_start_full = 0,
-         off_start_sliding = 0, off_samples = 0, off_tokens = 0, off_tables_full = 0,
+         off_start_sliding = 0, off_samples = 0, off_tokens = 0, off_tiles = 0, off_tables_full = 0,
          off_tables_sliding = 0, inputs_bytes = 0;
   DeviceBuffer inputs;
   PinnedBuffer staging;
@@ -405,18 +422,24 @@ struct Decoder::Impl {
   // y[n, rows] = x[n, cols] · Wᵀ (+ bias); `op` names it in profiles.
   void linear(const char* op, const DevMatrix& w, const DeviceBuffer& bias, const float* xin,
               int64_t n, float* y) {
-    if (w.affine && n <= gemv_tokens) {
+    if (w.affine && n <= affine_gemv_tokens) {
       gemv_affine(w.view(), xin, n, y, stream);
     } else if (w.affine) {
-      // Prefill: dequantized bf16 tiles of rows, each through the bf16 GEMM.
+      // Prefill: tiles of rows dequantized to bf16 hi + lo parts (a bf16
+      // tile alone put Gemma 4's fixtures 0.5 x std off the f32 reference),
+      // each through the bf16 GEMM over hi/lo activations, plus lo · x_hi.
       uint16_t* hi = xb.as<uint16_t>();
       uint16_t* lo = hi + n * w.cols;
       split_bf16(xin, n * w.cols, hi, lo, stream);
-      const int64_t chunk = std::max<int64_t>(1, int64_t(dequant.bytes() / 2) / w.cols);
+      const int64_t half = int64_t(dequant.bytes() / 4);  // elements per part
+      const int64_t chunk = std::max<int64_t>(1, half / w.cols);
       for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
         const int64_t m = std::min(chunk, w.rows - r0);
-        dequantize_affine_bf16(w.view(), r0, m, dequant.as<uint16_t>(), stream);
-        gemm_bf16(dequant.get(), r0, m, w.rows, w.cols, hi, lo, n, y);
+        uint16_t* w_hi = dequant.as<uint16_t>();
+        uint16_t* w_lo = w_hi + half;
+        dequantize_affine_bf16(w.view(), r0, m, w_hi, w_lo, stream);
+        gemm_bf16(w_hi, r0, m, w.rows, w.cols, hi, lo, n, y);
+        gemm_bf16_add(w_lo, r0, m, w.rows, w.cols, hi, n, y);
       }
       if (size_t(2 * n * w.rows) * sizeof(float) <= halves.bytes())
         add_halves(halves.as<float>(), n * w.rows, y, stream);
@@ -470,6 +493,18 @@ struct Decoder::Impl {
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
+  // The lo-weights term of an affine prefill GEMM, added where gemm_bf16
+  // put its result (the hi half of `halves`, or y).
+  void gemm_bf16_add(const void* wrows, int64_t r0, int64_t m, int64_t rows, int64_t cols,
+                     const uint16_t* hi, int64_t n, float* y) {
+    const float one = 1.f;
+    float* dst = size_t(2 * n * rows) * sizeof(float) <= halves.bytes() ? halves.as<float>() : y;
+    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
+                              wrows, CUDA_R_16BF, int(cols), hi, CUDA_R_16BF, int(cols), &one,
+                              dst + r0, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+  }
+
   void embed_tokens(const DevMatrix& table, const int32_t* ids, int64_t T, float scale,
                     float* dst) {
     if (table.affine)
@@ -485,6 +520,7 @@ struct Decoder::Impl {
   // rows listed at off_logit_rows in `logits`. Only kernel launches and
   // device-side copies: capturable.
   void forward(int64_t T, int64_t R, int64_t n_images) {
+    PdlScope pdl(T <= gemv_tokens);  // measured: a gain at batch 1, a loss at 32 (runtime.h)
     const ModelSpec& s = spec;
     const int64_t D = s.hidden, V = s.vocab;
     float* hp = h.as<float>();
@@ -582,7 +618,11 @@ struct Decoder::Impl {
     p.block_size = KvPool::kBlockSize;
     p.splits = splits;
     p.partial = partial.as<float>();
-    attention_paged(qp, T, at, p, attn.as<float>(), stream);
+    if (prefill_tiles > 0 && L.prefill_kernel)
+      attention_prefill(qp, at, dev<int32_t>(off_tiles), prefill_tiles, p, attn.as<float>(),
+                        stream);
+    else
+      attention_paged(qp, T, at, p, attn.as<float>(), stream);
     mark("attention");
     float* op = out.as<float>();
     linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op);
@@ -681,6 +721,7 @@ size_t Decoder::weight_bytes_for(const Model& model) {
                          &lw.k_norm, &lw.o_bias, &lw.attn_out_norm, &lw.mlp_in_norm, &lw.gate_bias,
                          &lw.up_bias, &lw.down_bias, &lw.mlp_out_norm, &lw.ple_out_norm})
       total += vec(*v);
+    total += vec(make_rope_table(s.rope_for(l), ls.head_dim).inv_freq);
   }
   return total;
 }
@@ -756,6 +797,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     L.ple_gate = upload_matrix(lw.ple_gate, total);
     L.ple_proj = upload_matrix(lw.ple_proj, total);
     L.scalar = lw.scalar;
+    L.prefill_kernel = prefill_kernel_enabled() && attention_prefill_supported(ls.head_dim, device);
     const RopeTable rope = make_rope_table(s.rope_for(l), ls.head_dim);
     L.inv_freq = upload_vec(rope.inv_freq, total);
     L.rotary_dim = rope.rotary_dim;
@@ -820,7 +862,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   for (const Layer& L : m.layers)
     for (const DevMatrix* w : {&L.qkv, &L.gate_up, &L.o, &L.down, &L.ple_gate, &L.ple_proj})
       need_tiles(*w);
-  if (dequant_elems > 0) m.dequant = DeviceBuffer(size_t(dequant_elems) * 2);
+  if (dequant_elems > 0) m.dequant = DeviceBuffer(size_t(dequant_elems) * 2 * 2);
   m.logits = DeviceBuffer(T * V * 4);
   // attention_splits keeps T · min_kv_heads · splits below 4 · SMs, so the
   // partials of T · heads · splits rows fit in heads / min_kv_heads times that.
@@ -843,6 +885,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   section(m.off_start_sliding, T * 4);
   section(m.off_samples, T * sizeof(SampleRow));
   section(m.off_tokens, T * 4);
+  section(m.off_tiles, 2 * T * 4);
   section(m.off_pos, T * 8);
   section(m.off_key_end, T * 8);
   section(m.off_first_sliding, T * 8);
@@ -888,6 +931,11 @@ void Decoder::set_graphs(bool on) {
 int64_t Decoder::gemv_max_tokens() {
   const char* e = std::getenv("TANDEM_GEMV_MAX_TOKENS");  // for measuring where the paths cross
   return e ? std::max<int64_t>(0, std::atoll(e)) : 2;
+}
+
+int64_t Decoder::affine_gemv_max_tokens() {
+  const char* e = std::getenv("TANDEM_AFFINE_GEMV_MAX_TOKENS");
+  return e ? std::max<int64_t>(0, std::atoll(e)) : 8;
 }
 
 bool Decoder::samples_on_device() const {
@@ -982,6 +1030,15 @@ void Decoder::step(std::span<const SeqStep> batch) {
       const int64_t first = q.logits && q.all_logits ? t - q.n : t - 1;
       for (int64_t r = first; r < t; ++r) logit_rows[R++] = int32_t(r);
     }
+  }
+  // Prefill attention's query tiles (eager steps with a run of tokens).
+  m.prefill_tiles = 0;
+  int64_t longest_run = 0;
+  for (const SeqStep& q : batch) longest_run = std::max(longest_run, q.n);
+  if (!graph && longest_run >= kPrefillKernelMinRun) {
+    const std::vector<int32_t> tiles = attention_prefill_tiles(seq, tokens);
+    std::copy(tiles.begin(), tiles.end(), m.host<int32_t>(m.off_tiles));
+    m.prefill_tiles = int64_t(tiles.size() / 2);
   }
   if (graph) {  // padding rows, each its own sequence
     for (int64_t r = t; r < T; ++r) {

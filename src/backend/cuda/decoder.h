@@ -4,9 +4,10 @@
 // Weights are uploaded once: bf16 and f32 as stored, f16 widened to f32,
 // affine 4/8-bit matrices (MLX, and GGUF Q8_0/Q4_0/Q4_K as loaded)
 // dequantized to bf16 — or, with TANDEM_CUDA_PACKED_QUANT=1, kept packed
-// with f32 scales and biases for the fused-dequant GEMV (unfinished: not yet
-// run on a GPU; parts of a fused projection that mix formats are always
-// dequantized). The KV rows live in
+// with f32 scales and biases for the fused-dequant GEMV (opt-in: as fast as
+// the bf16 path at batch 1, several times slower batched, where every step
+// re-dequantizes the weights; parts of a fused projection that mix formats
+// are always dequantized). The KV rows live in
 // device memory under the block ids of the engine's KvPool (created without
 // host storage), one extra scratch block per kind for padding. Activations
 // are f32; decode-sized steps run the GEMV kernels (f32 accumulation over
@@ -76,6 +77,11 @@ class Decoder : public StepRunner {
   // cuBLAS (2 unless TANDEM_GEMV_MAX_TOKENS says otherwise: measured on the
   // H200, cuBLAS over hi/lo-split activations beats the GEMV from 4 rows).
   static int64_t gemv_max_tokens();
+  // The same for matrices kept as packed 4/8-bit codes (8 unless
+  // TANDEM_AFFINE_GEMV_MAX_TOKENS says otherwise): larger steps dequantize
+  // bf16 tiles of rows for cuBLAS, which rewrites every weight at twice
+  // the bf16 size each step, so the GEMV stays ahead for longer.
+  static int64_t affine_gemv_max_tokens();
 
   // Device bytes the weights of `model` will take (what the constructor
   // uploads), for sizing the KV cache before constructing.

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace tandem::cuda {
 
@@ -108,6 +109,20 @@ struct PagedAttention {
 // q, out: [n, heads·head_dim].
 void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                      float* out, cudaStream_t stream);
+// The same contract on tensor cores (flash attention) for steps that carry
+// runs of a sequence's consecutive tokens (prefill chunks): `tiles` (device,
+// [2 · n_tiles]) holds each query tile's first and one-past-last step token,
+// at most 64 tokens of one sequence (attention_prefill_tiles makes them).
+// Scores and outputs are bf16 hi/lo tensor-core products (three per
+// product) with f32 accumulation; splits and partial are not used.
+// Supported where attention_prefill_supported says so (sm_80+, head_dim a
+// multiple of 16 up to 512, and its shared memory fits the device).
+void attention_prefill(const float* q, const StepLayout& at, const int32_t* tiles, int64_t n_tiles,
+                       const PagedAttention& p, float* out, cudaStream_t stream);
+bool attention_prefill_supported(int64_t head_dim, int device);
+// Query tiles for n step tokens whose sequences are seq[0..n): runs of the
+// same sequence, cut every 64 tokens, as (first, end) pairs.
+std::vector<int32_t> attention_prefill_tiles(const int32_t* seq, int64_t n);
 // Key-range splits worth using for n tokens of `kv_heads` KV heads (one
 // block each) on a device of `multiprocessors` SMs (enough blocks to fill it
 // twice, at most 32): then n · kv_heads · splits < 4 · multiprocessors.
@@ -203,9 +218,11 @@ struct AffineMatrix {
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n (x 16-byte aligned): the decode
 // GEMV streaming the packed codes (f32 math: Σ scale · q · x + bias · x).
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream);
-// out[i, c] = bf16(w[r0 + i, c]) for i < m: tiles for cuBLAS prefill.
+// out[i, c] = bf16(w[r0 + i, c]) for i < m: tiles for cuBLAS prefill; and,
+// when out_lo is not null, out_lo[i, c] = bf16(w - out[i, c]) (the two
+// parts carry 16 significant bits).
 void dequantize_affine_bf16(const AffineMatrix& w, int64_t r0, int64_t m, uint16_t* out,
-                            cudaStream_t stream);
+                            uint16_t* out_lo, cudaStream_t stream);
 // out[t] = w[ids[t]] · factor (f32 rows of cols): quantized embedding tables.
 void embed_rows_affine(const AffineMatrix& w, const int32_t* ids, int64_t n, float factor,
                        float* out, cudaStream_t stream);

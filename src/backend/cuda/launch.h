@@ -7,9 +7,9 @@
 // earlier kernel may still read (pdl_wait returns once the previous kernel
 // has finished and its writes are visible); it may read what no kernel
 // writes (weights) before that. pdl_launch_dependents() lets the next kernel
-// be scheduled (its blocks then wait in pdl_wait). Without PDL (the default
-// until it has run on a GPU: TANDEM_CUDA_PDL=1 turns it on; devices before
-// sm_90) both are no-ops and launches are ordinary.
+// be scheduled (its blocks then wait in pdl_wait). Without PDL (outside a
+// PdlScope that asks for it, TANDEM_CUDA_PDL=0, devices before sm_90: see
+// runtime.h) both are no-ops and launches are ordinary.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -3,6 +3,7 @@
 // packed codes, the dequantization to bf16 tiles that prefill feeds to
 // cuBLAS, and the embedding gather.
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
@@ -21,79 +22,99 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Code j (j < 128 / BITS) of a 16-byte chunk.
-template <int BITS>
-__device__ __forceinline__ float code(const uint4& v, int j) {
-  constexpr int per_word = 32 / BITS;
-  const uint32_t word = j / per_word == 0   ? v.x
-                        : j / per_word == 1 ? v.y
-                        : j / per_word == 2 ? v.z
-                                            : v.w;
-  return float((word >> (BITS * (j % per_word))) & ((1u << BITS) - 1u));
+// Code j of a packed word as a float, without an int-to-float conversion
+// (a quarter-rate instruction): the code's byte goes under the exponent of
+// 2^23, whose float is then exactly 2^23 + code.
+__device__ __forceinline__ float code_byte(uint32_t word, int k) {
+  return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u | unsigned(k))) - 8388608.f;
 }
 
-// One warp per output row; each lane takes 16-byte chunks of the packed row
-// (32 codes at 4 bits, 16 at 8), all inside one group since groups are
-// multiples of 32 codes: acc += scale · Σ q·x + bias · Σ x. UNROLL chunks
-// per lane are in flight at once; the first of them go out before the PDL
-// wait (weights are never written).
+// The 32 / BITS codes of a packed word, in column order (MLX packs the
+// lowest bits first).
+template <int BITS>
+__device__ __forceinline__ void unpack_word(uint32_t word, float (&q)[32 / BITS]) {
+  if constexpr (BITS == 4) {
+    const uint32_t even = word & 0x0F0F0F0Fu, odd = (word >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      q[2 * b] = code_byte(even, b);
+      q[2 * b + 1] = code_byte(odd, b);
+    }
+  } else {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) q[b] = code_byte(word, b);
+  }
+}
+
+// y[t, r] = Σ_c (scale[r, g(c)] · q[r, c] + bias[r, g(c)]) · x[t, c]: each
+// weight is dequantized once (one fma) and used for every batch row; the
+// factored form scale · Σ q·x + bias · Σ x cost as much and lost accuracy to
+// cancellation between its two terms. One warp per output row. Lane i takes the row's 32-bit words
+// i, i + 32,
+// ... (8 codes at 4 bits, 4 at 8, always inside one group since groups are
+// multiples of 32 columns), UNROLL words in flight, the first of them
+// issued before the PDL wait (weights are never written). Consecutive lanes
+// read consecutive words, so a warp's activation loads for them cover one
+// contiguous span: with a 16-byte chunk per lane, each lane's activations
+// sat 128 bytes from its neighbour's and every load touched 32 cache lines,
+// which held the kernel to a tenth of the bandwidth. Index math is 32-bit
+// with the group size as a shift.
 template <int N, int BITS, int UNROLL>
-__global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
-                                   const float* __restrict__ biases, int group, int64_t rows,
-                                   int64_t cols, const float* __restrict__ x,
-                                   float* __restrict__ y) {
-  constexpr int K = 128 / BITS;  // codes per chunk
-  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+__global__ void gemv_affine_kernel(const uint32_t* __restrict__ W, const float* __restrict__ scales,
+                                   const float* __restrict__ biases, int group_shift, int rows,
+                                   int cols, const float* __restrict__ x, float* __restrict__ y) {
+  constexpr int C = 32 / BITS;  // codes per word
+  constexpr int kWordShift = BITS == 4 ? 3 : 2;
+  const int row = int(blockIdx.x) * kWarpsPerBlock + int(threadIdx.x / 32);
   const int lane = threadIdx.x % 32;
   pdl_launch_dependents();
-  if (row >= rows) {
-    pdl_wait();
-    return;
-  }
-  const int64_t chunks = cols / K, groups = cols / group;
-  const uint4* w = W + row * chunks;
-  const float* sc = scales + row * groups;
-  const float* bi = biases + row * groups;
+  if (row >= rows) return;  // reads and writes nothing
+  const int words = cols / C, groups = cols >> group_shift;
+  const int word_group_shift = group_shift - kWordShift;  // word index -> group index
+  const uint32_t* w = W + size_t(row) * size_t(words);
+  const float* sc = scales + size_t(row) * size_t(groups);
+  const float* bi = biases + size_t(row) * size_t(groups);
   float acc[N];
 #pragma unroll
   for (int t = 0; t < N; ++t) acc[t] = 0.f;
-  int64_t i = lane;
-  uint4 v[UNROLL];
+  uint32_t v[UNROLL];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u)
-    if (i + 32 * u < chunks) v[u] = __ldg(w + i + 32 * u);
+    if (lane + 32 * u < words) v[u] = __ldg(w + lane + 32 * u);
   pdl_wait();
-  for (; i < chunks; i += 32 * UNROLL) {
+  for (int i = lane; i < words; i += 32 * UNROLL) {
     if (i != lane) {
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u)
-        if (i + 32 * u < chunks) v[u] = __ldg(w + i + 32 * u);
+        if (i + 32 * u < words) v[u] = __ldg(w + i + 32 * u);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      const int64_t c = i + 32 * u;
-      if (c >= chunks) break;
-      const int64_t c0 = c * K, g = c0 / group;
+      const int c = i + 32 * u;
+      if (c >= words) break;
+      const int g = c >> word_group_shift;
       const float s = __ldg(sc + g), b = __ldg(bi + g);
+      float wq[C];  // the word's weights, scale · q + bias
+      unpack_word<BITS>(v[u], wq);
+#pragma unroll
+      for (int j = 0; j < C; ++j) wq[j] = fmaf(s, wq[j], b);
 #pragma unroll
       for (int t = 0; t < N; ++t) {
-        const float4* xp = reinterpret_cast<const float4*>(x + t * cols + c0);
-        float qx = 0.f, sx = 0.f;
+        const float4* xp =
+            reinterpret_cast<const float4*>(x + size_t(t) * size_t(cols) + size_t(c) * C);
 #pragma unroll
-        for (int j4 = 0; j4 < K / 4; ++j4) {
-          const float4 a = __ldg(xp + j4);
-          qx += code<BITS>(v[u], 4 * j4) * a.x + code<BITS>(v[u], 4 * j4 + 1) * a.y +
-                code<BITS>(v[u], 4 * j4 + 2) * a.z + code<BITS>(v[u], 4 * j4 + 3) * a.w;
-          sx += a.x + a.y + a.z + a.w;
+        for (int j = 0; j < C / 4; ++j) {
+          const float4 a = __ldg(xp + j);
+          acc[t] +=
+              wq[4 * j] * a.x + wq[4 * j + 1] * a.y + wq[4 * j + 2] * a.z + wq[4 * j + 3] * a.w;
         }
-        acc[t] += s * qx + b * sx;
       }
     }
   }
 #pragma unroll
   for (int t = 0; t < N; ++t) {
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) y[t * rows + row] = s;
+    const float sum = warp_sum(acc[t]);
+    if (lane == 0) y[size_t(t) * size_t(rows) + size_t(row)] = sum;
   }
 }
 
@@ -107,21 +128,28 @@ template <int BITS>
 __global__ void dequantize_bf16_kernel(const uint32_t* __restrict__ W,
                                        const float* __restrict__ scales,
                                        const float* __restrict__ biases, int group, int64_t r0,
-                                       int64_t m, int64_t cols, uint16_t* __restrict__ out) {
+                                       int64_t m, int64_t cols, uint16_t* __restrict__ out,
+                                       uint16_t* __restrict__ out_lo) {
   pdl_launch_dependents();
   pdl_wait();
   constexpr int per_word = 32 / BITS;
-  const int64_t words = cols / per_word, groups = cols / group;
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < m * words;
-       k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = k / words, wi = k % words, row = r0 + r;
-    const uint32_t word = W[row * words + wi];
-    const int64_t c0 = wi * per_word, g = c0 / group;
-    const float s = scales[row * groups + g], b = biases[row * groups + g];
+  const int words = int(cols) / per_word, groups = int(cols) / group;
+  const int total = int(m) * words;  // a tile: at most 32M weights
+  for (int k = int(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += gridDim.x * blockDim.x) {
+    const int r = k / words, wi = k - r * words;
+    const size_t row = size_t(r0 + r);
+    const uint32_t word = W[row * size_t(words) + size_t(wi)];
+    const int c0 = wi * per_word, g = c0 / group;
+    const float s = scales[row * size_t(groups) + size_t(g)],
+                b = biases[row * size_t(groups) + size_t(g)];
+    const size_t at = size_t(r) * size_t(cols) + size_t(c0);
 #pragma unroll
-    for (int j = 0; j < per_word; ++j)
-      out[r * cols + c0 + j] =
-          to_bf16(__fadd_rn(__fmul_rn(s, float((word >> (BITS * j)) & ((1u << BITS) - 1u))), b));
+    for (int j = 0; j < per_word; ++j) {
+      const float v = __fadd_rn(__fmul_rn(s, float((word >> (BITS * j)) & ((1u << BITS) - 1u))), b);
+      const uint16_t hi = to_bf16(v);
+      out[at + j] = hi;
+      if (out_lo) out_lo[at + j] = to_bf16(v - __uint_as_float(uint32_t(hi) << 16));
+    }
   }
 }
 
@@ -149,11 +177,19 @@ __global__ void embed_affine_kernel(const uint32_t* __restrict__ W,
   }
 }
 
+int log2_exact(int v) {
+  int s = 0;
+  while ((1 << s) < v) ++s;
+  return s;
+}
+
+// A 2,048-column row is 256 words at 4 bits: 8 per lane, all in flight.
 template <int N, int BITS>
 void launch_gemv(const AffineMatrix& w, const float* x, float* y, cudaStream_t stream) {
+  constexpr int kUnroll = N <= 2 ? 8 : 4;
   const unsigned blocks = unsigned((w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  launch(gemv_affine_kernel<N, BITS, 4>, blocks, kWarpsPerBlock * 32, 0, stream,
-         reinterpret_cast<const uint4*>(w.data), w.scales, w.biases, w.group, w.rows, w.cols, x, y);
+  launch(gemv_affine_kernel<N, BITS, kUnroll>, blocks, kWarpsPerBlock * 32, 0, stream, w.data,
+         w.scales, w.biases, log2_exact(w.group), int(w.rows), int(w.cols), x, y);
 }
 
 template <int BITS>
@@ -189,6 +225,9 @@ void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cud
   check(w, "gemv_affine");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
     fail("gemv_affine: activations are not 16-byte aligned");
+  if (w.rows > INT32_MAX || w.cols > INT32_MAX)
+    fail("gemv_affine: a %lld x %lld matrix is too large for the kernel", (long long)w.rows,
+         (long long)w.cols);
   if (w.bits == 4)
     gemv_bits<4>(w, x, n, y, stream);
   else
@@ -196,17 +235,19 @@ void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cud
 }
 
 void dequantize_affine_bf16(const AffineMatrix& w, int64_t r0, int64_t m, uint16_t* out,
-                            cudaStream_t stream) {
+                            uint16_t* out_lo, cudaStream_t stream) {
   if (m <= 0) return;
   check(w, "dequantize_affine_bf16");
+  if (m * w.cols > INT32_MAX)
+    fail("dequantize_affine_bf16: a tile of %lld rows is too large", (long long)m);
   const int64_t words = m * w.cols / (32 / w.bits);
   const unsigned blocks = unsigned(std::min<int64_t>((words + 255) / 256, 65535 * 4));
   if (w.bits == 4)
     launch(dequantize_bf16_kernel<4>, blocks, 256, 0, stream, w.data, w.scales, w.biases, w.group,
-           r0, m, w.cols, out);
+           r0, m, w.cols, out, out_lo);
   else
     launch(dequantize_bf16_kernel<8>, blocks, 256, 0, stream, w.data, w.scales, w.biases, w.group,
-           r0, m, w.cols, out);
+           r0, m, w.cols, out, out_lo);
 }
 
 void embed_rows_affine(const AffineMatrix& w, const int32_t* ids, int64_t n, float factor,

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "backend/cuda/check.h"
 
@@ -13,11 +14,20 @@ void throw_cuda_error(cudaError_t e, const char* call, const char* file, int lin
        line);
 }
 
-bool pdl_enabled() {
+namespace {
+
+thread_local bool t_pdl_wanted = false;
+
+// TANDEM_CUDA_PDL: unset, the decoder's choice; "0" never; "1" always.
+const char* pdl_env() {
+  static const char* e = std::getenv("TANDEM_CUDA_PDL");
+  return e;
+}
+
+bool pdl_supported() {
   static const bool on = [] {
-    // Off unless asked for: written and built, not yet run on a GPU.
-    const char* e = std::getenv("TANDEM_CUDA_PDL");
-    if (!e || std::string(e) != "1") return false;
+    const char* e = pdl_env();
+    if (e && std::string(e) == "0") return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
@@ -25,6 +35,21 @@ bool pdl_enabled() {
     return major >= 9;
   }();
   return on;
+}
+
+}  // namespace
+
+bool pdl_enabled() {
+  if (!pdl_supported()) return false;
+  const char* e = pdl_env();
+  return t_pdl_wanted || (e && std::string(e) == "1");
+}
+
+PdlScope::PdlScope(bool want) : previous_(t_pdl_wanted) {
+  t_pdl_wanted = want;
+}
+PdlScope::~PdlScope() {
+  t_pdl_wanted = previous_;
 }
 
 int device_count(std::string* why) {

@@ -1,0 +1,121 @@
+// Prefill attention on the GPU: one causal prompt of T tokens attended at
+// real models' head shapes, through the tensor-core prefill kernel
+// (attention_prefill) and the decode kernel (attention_paged, one block per
+// token and kv head), timed with CUDA events. Prints ms and useful TFLOP/s
+// (causal: 2 · T² · head_dim · heads multiply-adds, q·k and p·v, counted
+// once: the kernel's bf16 hi/lo products do three mma per product).
+//
+//   bench_cuda_attention [--json]
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+
+using namespace tandem;
+
+namespace {
+
+struct Shape {
+  const char* model;
+  int64_t heads, kv_heads, head_dim;
+};
+
+template <class T>
+cuda::DeviceBuffer upload(const std::vector<T>& v) {
+  cuda::DeviceBuffer b(v.size() * sizeof(T));
+  CUDA_CHECK(cudaMemcpy(b.get(), v.data(), b.bytes(), cudaMemcpyHostToDevice));
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  std::string why;
+  if (cuda::device_count(&why) == 0) {
+    std::fprintf(stderr, "bench_cuda_attention: no usable CUDA device: %s\n", why.c_str());
+    return 1;
+  }
+  const std::vector<Shape> shapes = {{"llama-3.2-1b", 32, 8, 64},
+                                     {"qwen3-1.7b", 16, 8, 128},
+                                     {"gemma-3-1b", 4, 1, 256},
+                                     {"gemma-4-e2b global", 8, 1, 512}};
+  const int64_t block_size = 16;
+  cudaEvent_t t0, t1;
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  for (const Shape& sh : shapes)
+    for (int64_t T : {512, 4096}) {
+      const int64_t kv_dim = sh.kv_heads * sh.head_dim, q_dim = sh.heads * sh.head_dim;
+      const int64_t blocks = T / block_size;
+      cuda::DeviceBuffer k(size_t(blocks * block_size * kv_dim) * 4),
+          v(size_t(blocks * block_size * kv_dim) * 4), q(size_t(T * q_dim) * 4),
+          out(size_t(T * q_dim) * 4);
+      for (cuda::DeviceBuffer* b : {&k, &v, &q}) CUDA_CHECK(cudaMemset(b->get(), 0x3c, b->bytes()));
+      std::vector<int32_t> table(static_cast<size_t>(blocks)), seq(static_cast<size_t>(T), 0),
+          start = {0};
+      std::iota(table.begin(), table.end(), 0);
+      std::vector<int64_t> pos(static_cast<size_t>(T)), key_end(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) {
+        pos[size_t(t)] = t;
+        key_end[size_t(t)] = t + 1;
+      }
+      auto d_table = upload(table), d_seq = upload(seq), d_start = upload(start),
+           d_pos = upload(pos), d_end = upload(key_end);
+      const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(seq.data(), T);
+      auto d_tiles = upload(tiles);
+      cuda::StepLayout at;
+      at.positions = d_pos.as<int64_t>();
+      at.key_end = d_end.as<int64_t>();
+      at.seq = d_seq.as<int32_t>();
+      at.tables = d_table.as<int32_t>();
+      at.table_start = d_start.as<int32_t>();
+      cuda::PagedAttention p;
+      p.heads = sh.heads;
+      p.kv_heads = sh.kv_heads;
+      p.head_dim = sh.head_dim;
+      p.scale = 0.125f;
+      p.k_base = k.as<float>();
+      p.v_base = v.as<float>();
+      p.block_size = block_size;
+      const double flops = 2.0 * double(T) * double(T) * double(sh.head_dim) * double(sh.heads);
+      for (int prefill_kernel = 1; prefill_kernel >= 0; --prefill_kernel) {
+        if (prefill_kernel && !cuda::attention_prefill_supported(sh.head_dim, 0)) continue;
+        auto run = [&] {
+          if (prefill_kernel)
+            cuda::attention_prefill(q.as<float>(), at, d_tiles.as<int32_t>(),
+                                    int64_t(tiles.size() / 2), p, out.as<float>(), nullptr);
+          else
+            cuda::attention_paged(q.as<float>(), T, at, p, out.as<float>(), nullptr);
+        };
+        run();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const int reps = prefill_kernel ? 10 : 2;
+        CUDA_CHECK(cudaEventRecord(t0));
+        for (int i = 0; i < reps; ++i) run();
+        CUDA_CHECK(cudaEventRecord(t1));
+        CUDA_CHECK(cudaEventSynchronize(t1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        const double step_ms = ms / reps, tflops = flops / (step_ms * 1e-3) / 1e12;
+        const char* kernel = prefill_kernel ? "prefill (tensor cores)" : "decode (CUDA cores)";
+        if (json)
+          std::printf(
+              "{\"shape\": \"%s\", \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "
+              "\"tokens\": %lld, \"kernel\": \"%s\", \"ms\": %.3f, \"tflops\": %.1f}\n",
+              sh.model, (long long)sh.heads, (long long)sh.kv_heads, (long long)sh.head_dim,
+              (long long)T, kernel, step_ms, tflops);
+        else
+          std::printf("%-20s H%-3lld K%-2lld Dh%-4lld T %5lld  %-24s %9.3f ms  %6.1f TFLOP/s\n",
+                      sh.model, (long long)sh.heads, (long long)sh.kv_heads, (long long)sh.head_dim,
+                      (long long)T, kernel, step_ms, tflops);
+      }
+    }
+  return 0;
+}

@@ -1,0 +1,379 @@
+// Prefill attention on tensor cores (flash attention): the paged-attention
+// contract of attention_paged (backend/cuda/kernels.h) for steps that carry
+// runs of consecutive tokens of a sequence, where one block per token (the
+// decode kernel) recomputes every key tile once per query token on CUDA
+// cores.
+//
+// One block of 4 warps per (query tile of up to 64 tokens of one sequence,
+// query head, chunk of DV output dims); each warp owns 16 query rows. Key
+// tiles of 32 rows are read from the f32 paged cache into shared memory as
+// bf16 hi + lo parts (x = hi + lo to 16 significant bits, as the GEMMs'
+// activations), V transposed. Scores and outputs are mma.sync m16n8k16 bf16
+// products with f32 accumulation, three per product (hi·hi + hi·lo +
+// lo·hi), so the result keeps close to f32 accuracy: the CPU backend and
+// the decode kernel are the reference. The softmax is online, in registers
+// (the score accumulators become the P·V A operand without a trip through
+// shared memory).
+#include <cfloat>
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kRows = 16 * kWarps;  // query rows per block
+constexpr int kKeys = 32;           // keys per tile
+constexpr int kPad = 8;             // bf16 row padding: fragment loads hit distinct banks
+
+__device__ __forceinline__ uint32_t bf16_bits(float f) {  // round to nearest even
+  const uint32_t b = __float_as_uint(f);
+  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+}
+__device__ __forceinline__ float bf16_value(uint32_t bits) {
+  return __uint_as_float(bits << 16);
+}
+// The bf16 hi and lo parts of x.
+__device__ __forceinline__ void split(float x, uint32_t& hi, uint32_t& lo) {
+  hi = bf16_bits(x);
+  lo = bf16_bits(x - bf16_value(hi));
+}
+// Two columns' parts packed as an mma operand register (lower column in the
+// low half).
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  uint32_t h0, l0, h1, l1;
+  split(x0, h0, l0);
+  split(x1, h1, l1);
+  hi = h0 | (h1 << 16);
+  lo = l0 | (l1 << 16);
+}
+
+// d += a · b, m16n8k16, bf16 in, f32 accumulate.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// hi·hi + hi·lo + lo·hi (lo·lo is below f32 rounding).
+__device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ahi)[4],
+                                     const uint32_t (&alo)[4], uint32_t bhi0, uint32_t bhi1,
+                                     uint32_t blo0, uint32_t blo1) {
+  mma(d, ahi, bhi0, bhi1);
+  mma(d, ahi, blo0, blo1);
+  mma(d, alo, bhi0, bhi1);
+}
+
+struct Smem {
+  uint16_t *q_hi, *q_lo;  // [kRows][Dh + kPad]
+  uint16_t *k_hi, *k_lo;  // [kKeys][Dh + kPad]
+  uint16_t *v_hi, *v_lo;  // [DV][kKeys + kPad], transposed
+  int *row_lo, *row_hi;   // [kRows]: each query row's key range
+  int* range;             // [2]: the block's key range
+};
+
+__host__ __device__ inline size_t smem_bytes(int head_dim, int dv) {
+  const size_t pitch = size_t(head_dim + kPad);
+  return 2 * 2 * (size_t(kRows) * pitch + size_t(kKeys) * pitch + size_t(dv) * (kKeys + kPad)) +
+         (2 * kRows + 2) * sizeof(int);
+}
+
+__device__ inline Smem carve(void* base, int head_dim, int dv) {
+  Smem s;
+  const int pitch = head_dim + kPad;
+  uint16_t* p = static_cast<uint16_t*>(base);
+  s.q_hi = p;
+  s.q_lo = s.q_hi + kRows * pitch;
+  s.k_hi = s.q_lo + kRows * pitch;
+  s.k_lo = s.k_hi + kKeys * pitch;
+  s.v_hi = s.k_lo + kKeys * pitch;
+  s.v_lo = s.v_hi + dv * (kKeys + kPad);
+  s.row_lo = reinterpret_cast<int*>(s.v_lo + dv * (kKeys + kPad));
+  s.row_hi = s.row_lo + kRows;
+  s.range = s.row_hi + kRows;
+  return s;
+}
+
+// grid: (tiles, heads, head_dim / DV rounded up). tiles[2i], tiles[2i + 1]:
+// the first and one-past-last step token of tile i.
+template <int DV>
+__global__ void __launch_bounds__(kWarps * 32)
+    prefill_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
+                             const int32_t* __restrict__ tiles, float* __restrict__ out) {
+  extern __shared__ __align__(16) uint8_t shared_raw[];
+  pdl_launch_dependents();
+  pdl_wait();
+  const int Dh = int(p.head_dim), pitch = Dh + kPad;
+  const Smem sm = carve(shared_raw, Dh, DV);
+  const int t0 = tiles[2 * blockIdx.x], rows = tiles[2 * blockIdx.x + 1] - t0;
+  const int h = int(blockIdx.y), kvh = h / int(p.heads / p.kv_heads);
+  const int d0 = int(blockIdx.z) * DV;  // this block's output dims [d0, d0 + DV)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, tq = lane % 4;  // mma fragment coordinates
+  const int kv_dim = int(p.kv_heads) * Dh, q_dim = int(p.heads) * Dh;
+
+  // Query rows: key ranges, and the block's union of them.
+  if (threadIdx.x == 0) {
+    sm.range[0] = INT32_MAX;
+    sm.range[1] = 0;
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows) {
+    int lo = 0, hi = 0;  // rows past the tile see no key
+    if (int(threadIdx.x) < rows) {
+      const int t = t0 + int(threadIdx.x);
+      const int64_t pos = at.positions[t];
+      lo = p.window > 0 && pos - p.window + 1 > 0 ? int(pos - p.window + 1) : 0;
+      hi = int(at.key_end[t]);
+      atomicMin(&sm.range[0], lo);
+      atomicMax(&sm.range[1], hi);
+    }
+    sm.row_lo[threadIdx.x] = lo;
+    sm.row_hi[threadIdx.x] = hi;
+  }
+  // q · scale as hi/lo parts (zeros past the tile).
+  for (int i = threadIdx.x; i < kRows * (Dh / 2); i += kWarps * 32) {
+    const int r = i / (Dh / 2), c = 2 * (i % (Dh / 2));
+    float2 v = make_float2(0.f, 0.f);
+    if (r < rows) v = *reinterpret_cast<const float2*>(q + size_t(t0 + r) * q_dim + h * Dh + c);
+    uint32_t hi, lo;
+    split2(v.x * p.scale, v.y * p.scale, hi, lo);
+    *reinterpret_cast<uint32_t*>(sm.q_hi + r * pitch + c) = hi;
+    *reinterpret_cast<uint32_t*>(sm.q_lo + r * pitch + c) = lo;
+  }
+  __syncthreads();
+  // Tiles start at multiples of 32; keys below range_lo are never read (a
+  // sliding layer's table may no longer hold their blocks).
+  const int range_lo = sm.range[0], key_lo = range_lo / kKeys * kKeys, key_hi = sm.range[1];
+  // This warp's rows: g and g + 8 of its 16.
+  const int r0 = warp * 16 + g, r1 = r0 + 8;
+  const int lo0 = sm.row_lo[r0], hi0 = sm.row_hi[r0], lo1 = sm.row_lo[r1], hi1 = sm.row_hi[r1];
+  int warp_lo = INT32_MAX, warp_hi = 0;
+  for (int r = warp * 16; r < warp * 16 + 16; ++r)
+    if (sm.row_hi[r] > sm.row_lo[r]) {
+      warp_lo = min(warp_lo, sm.row_lo[r]);
+      warp_hi = max(warp_hi, sm.row_hi[r]);
+    }
+
+  // The sequence's blocks, indexed by position / block_size.
+  const int sq = at.seq[t0];
+  const int32_t* table =
+      at.tables + at.table_start[sq] - (at.first_block ? int(at.first_block[sq]) : 0);
+  const int shift = p.block_shift, in_block = (1 << shift) - 1;
+  auto row_offset = [&](int j) {  // key j's row for this kv head, in floats
+    return (size_t(uint32_t(table[j >> shift])) << shift | size_t(j & in_block)) * kv_dim +
+           size_t(kvh) * Dh;
+  };
+
+  float o[DV / 8][4];
+#pragma unroll
+  for (int n = 0; n < DV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // rows r0, r1 (this lane's part of l)
+
+  for (int kb = key_lo; kb < key_hi; kb += kKeys) {
+    __syncthreads();  // the previous tile is consumed
+    // K rows [kb, kb + 32) as hi/lo (zeros past the range).
+    for (int i = threadIdx.x; i < kKeys * (Dh / 4); i += kWarps * 32) {
+      const int key = i / (Dh / 4), c = 4 * (i % (Dh / 4));
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (kb + key >= range_lo && kb + key < key_hi)
+        v = *reinterpret_cast<const float4*>(p.k_base + row_offset(kb + key) + c);
+      uint32_t h01, l01, h23, l23;
+      split2(v.x, v.y, h01, l01);
+      split2(v.z, v.w, h23, l23);
+      *reinterpret_cast<uint2*>(sm.k_hi + key * pitch + c) = make_uint2(h01, h23);
+      *reinterpret_cast<uint2*>(sm.k_lo + key * pitch + c) = make_uint2(l01, l23);
+    }
+    // V rows, dims [d0, d0 + DV), transposed.
+    for (int i = threadIdx.x; i < kKeys * (DV / 4); i += kWarps * 32) {
+      const int key = i % kKeys, c = 4 * (i / kKeys);
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (kb + key >= range_lo && kb + key < key_hi && d0 + c < Dh)
+        v = *reinterpret_cast<const float4*>(p.v_base + row_offset(kb + key) + d0 + c);
+      const float vals[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        uint32_t hi, lo;
+        split(vals[e], hi, lo);
+        sm.v_hi[(c + e) * (kKeys + kPad) + key] = uint16_t(hi);
+        sm.v_lo[(c + e) * (kKeys + kPad) + key] = uint16_t(lo);
+      }
+    }
+    __syncthreads();
+    if (kb >= warp_hi || kb + kKeys <= warp_lo) continue;  // no key of this tile for these rows
+
+    // S = q · kᵀ for the warp's 16 rows and the tile's 32 keys (4 n-tiles).
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    const uint16_t* qh = sm.q_hi + (warp * 16 + g) * pitch + 2 * tq;
+    const uint16_t* ql = sm.q_lo + (warp * 16 + g) * pitch + 2 * tq;
+    for (int k = 0; k < Dh; k += 16) {
+      uint32_t ah[4], al[4];
+      ah[0] = *reinterpret_cast<const uint32_t*>(qh + k);
+      ah[1] = *reinterpret_cast<const uint32_t*>(qh + 8 * pitch + k);
+      ah[2] = *reinterpret_cast<const uint32_t*>(qh + k + 8);
+      ah[3] = *reinterpret_cast<const uint32_t*>(qh + 8 * pitch + k + 8);
+      al[0] = *reinterpret_cast<const uint32_t*>(ql + k);
+      al[1] = *reinterpret_cast<const uint32_t*>(ql + 8 * pitch + k);
+      al[2] = *reinterpret_cast<const uint32_t*>(ql + k + 8);
+      al[3] = *reinterpret_cast<const uint32_t*>(ql + 8 * pitch + k + 8);
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const int key_row = (n * 8 + g) * pitch + k + 2 * tq;
+        mma3(s[n], ah, al, *reinterpret_cast<const uint32_t*>(sm.k_hi + key_row),
+             *reinterpret_cast<const uint32_t*>(sm.k_hi + key_row + 8),
+             *reinterpret_cast<const uint32_t*>(sm.k_lo + key_row),
+             *reinterpret_cast<const uint32_t*>(sm.k_lo + key_row + 8));
+      }
+    }
+    // Soft-cap, mask, and the online softmax of rows r0 (s[n][0..1]) and r1
+    // (s[n][2..3]); the 4 lanes of a row (same g) share its max.
+    float mx0 = -FLT_MAX, mx1 = -FLT_MAX;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = kb + n * 8 + 2 * tq + (e & 1);
+        float v = s[n][e];
+        if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
+        const bool ok = e < 2 ? key >= lo0 && key < hi0 : key >= lo1 && key < hi1;
+        v = ok ? v : -INFINITY;
+        s[n][e] = v;
+        if (e < 2)
+          mx0 = fmaxf(mx0, v);
+        else
+          mx1 = fmaxf(mx1, v);
+      }
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+    }
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float c0 = expf(m0 - n0), c1 = expf(m1 - n1);  // 1 while a row has seen nothing
+    m0 = n0;
+    m1 = n1;
+    l0 *= c0;
+    l1 *= c1;
+#pragma unroll
+    for (int n = 0; n < DV / 8; ++n) {
+      o[n][0] *= c0;
+      o[n][1] *= c0;
+      o[n][2] *= c1;
+      o[n][3] *= c1;
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      s[n][0] = expf(s[n][0] - n0);  // masked: exp(-inf) = 0
+      s[n][1] = expf(s[n][1] - n0);
+      s[n][2] = expf(s[n][2] - n1);
+      s[n][3] = expf(s[n][3] - n1);
+      l0 += s[n][0] + s[n][1];
+      l1 += s[n][2] + s[n][3];
+    }
+    // O += P · V: the score accumulators of n-tiles 2kk, 2kk + 1 are the A
+    // operand of keys [16kk, 16kk + 16).
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      uint32_t ph[4], pl[4];
+      split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+      split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+      split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+      split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+      for (int n = 0; n < DV / 8; ++n) {
+        const int vr = (n * 8 + g) * (kKeys + kPad) + kk * 16 + 2 * tq;
+        mma3(o[n], ph, pl, *reinterpret_cast<const uint32_t*>(sm.v_hi + vr),
+             *reinterpret_cast<const uint32_t*>(sm.v_hi + vr + 8),
+             *reinterpret_cast<const uint32_t*>(sm.v_lo + vr),
+             *reinterpret_cast<const uint32_t*>(sm.v_lo + vr + 8));
+      }
+    }
+  }
+  // Each row's sum over its 4 lanes; rows with no key give 0.
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+  }
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+  for (int n = 0; n < DV / 8; ++n) {
+    const int d = d0 + n * 8 + 2 * tq;
+    if (d >= Dh) break;
+    if (r0 < rows)
+      *reinterpret_cast<float2*>(out + size_t(t0 + r0) * q_dim + h * Dh + d) =
+          make_float2(o[n][0] * inv0, o[n][1] * inv0);
+    if (r1 < rows)
+      *reinterpret_cast<float2*>(out + size_t(t0 + r1) * q_dim + h * Dh + d) =
+          make_float2(o[n][2] * inv1, o[n][3] * inv1);
+  }
+}
+
+int dv_for(int64_t head_dim) {
+  return head_dim % 128 == 0 ? 128 : 64;
+}
+
+}  // namespace
+
+bool attention_prefill_supported(int64_t head_dim, int device) {
+  if (head_dim <= 0 || head_dim % 16 != 0 || head_dim > 512) return false;
+  int major = 0, optin = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess)
+    return false;
+  return major >= 8 && smem_bytes(int(head_dim), dv_for(head_dim)) <= size_t(optin);
+}
+
+std::vector<int32_t> attention_prefill_tiles(const int32_t* seq, int64_t n) {
+  std::vector<int32_t> tiles;
+  for (int64_t t = 0; t < n;) {
+    int64_t end = t + 1;
+    while (end < n && end - t < kRows && seq[end] == seq[t]) ++end;
+    tiles.push_back(int32_t(t));
+    tiles.push_back(int32_t(end));
+    t = end;
+  }
+  return tiles;
+}
+
+void attention_prefill(const float* q, const StepLayout& at, const int32_t* tiles, int64_t n_tiles,
+                       const PagedAttention& p, float* out, cudaStream_t stream) {
+  if (n_tiles <= 0) return;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (!attention_prefill_supported(p.head_dim, device) || p.kv_heads <= 0 ||
+      p.heads % p.kv_heads != 0)
+    fail("attention_prefill: head_dim %lld, heads %lld / kv_heads %lld unsupported on this device",
+         (long long)p.head_dim, (long long)p.heads, (long long)p.kv_heads);
+  if (p.block_size <= 0 || (p.block_size & (p.block_size - 1)) != 0)
+    fail("attention_prefill: block_size %lld is not a power of two", (long long)p.block_size);
+  PagedAttention pp = p;
+  pp.block_shift = 0;
+  while ((int64_t(1) << pp.block_shift) < p.block_size) ++pp.block_shift;
+  const int dv = dv_for(p.head_dim);
+  const size_t smem = smem_bytes(int(p.head_dim), dv);
+  const dim3 grid(unsigned(n_tiles), unsigned(p.heads), unsigned((p.head_dim + dv - 1) / dv));
+  if (dv == 128) {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<128>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    launch(prefill_attention_kernel<128>, grid, kWarps * 32, smem, stream, q, at, pp, tiles, out);
+  } else {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<64>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    launch(prefill_attention_kernel<64>, grid, kWarps * 32, smem, stream, q, at, pp, tiles, out);
+  }
+}
+
+}  // namespace tandem::cuda
