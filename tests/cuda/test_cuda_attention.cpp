@@ -2,7 +2,8 @@
 // attention (GQA, sliding window, soft-cap, bidirectional key_end, shuffled
 // block tables, head dims up to 512 and not a multiple of 4, up to 8 query
 // heads per kv head), RoPE, and the KV write.
-// Attention runs with 1, 3 and 7 key-range splits (flash-decoding), and
+// Attention runs with 1, 3, 7, 45 and 128 key-range splits (flash-decoding;
+// some of them empty on the short contexts), and
 // through the tensor-core prefill kernel where it takes the head dim.
 // Tolerances: attention |gpu - cpu| ≤ 2e-5 + 2e-5·|cpu| (online vs two-pass
 // softmax); the prefill kernel ≤ 5e-5 + 5e-5·|cpu| (bf16 hi/lo products
@@ -107,7 +108,7 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
     base.k_base = dk.as<float>();
     base.v_base = dv.as<float>();
     base.block_size = block_size;
-    for (int splits : {1, 3, 7}) {
+    for (int splits : {1, 3, 7, 45, 128}) {
       cuda::DeviceBuffer dout(want.size() * sizeof(float));
       cuda::DeviceBuffer partial(
           std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, c.head_dim, splits)) *

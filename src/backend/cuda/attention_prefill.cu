@@ -320,8 +320,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Output dims per block: each chunk recomputes the scores, so a head dim of
+// 256 takes one chunk of 256 (128 accumulator registers per thread; 142 KB
+// of shared memory). 512 takes two of 128: one of 256 would need 240 KB.
 int dv_for(int64_t head_dim) {
-  return head_dim % 128 == 0 ? 128 : 64;
+  return head_dim == 256 ? 256 : head_dim % 128 == 0 ? 128 : 64;
 }
 
 }  // namespace
@@ -365,7 +368,11 @@ void attention_prefill(const float* q, const StepLayout& at, const int32_t* tile
   const int dv = dv_for(p.head_dim);
   const size_t smem = smem_bytes(int(p.head_dim), dv);
   const dim3 grid(unsigned(n_tiles), unsigned(p.heads), unsigned((p.head_dim + dv - 1) / dv));
-  if (dv == 128) {
+  if (dv == 256) {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<256>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    launch(prefill_attention_kernel<256>, grid, kWarps * 32, smem, stream, q, at, pp, tiles, out);
+  } else if (dv == 128) {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<128>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     launch(prefill_attention_kernel<128>, grid, kWarps * 32, smem, stream, q, at, pp, tiles, out);

@@ -125,7 +125,8 @@ bool attention_prefill_supported(int64_t head_dim, int device);
 std::vector<int32_t> attention_prefill_tiles(const int32_t* seq, int64_t n);
 // Key-range splits worth using for n tokens of `kv_heads` KV heads (one
 // block each) on a device of `multiprocessors` SMs (enough blocks to fill it
-// twice, at most 32): then n · kv_heads · splits < 4 · multiprocessors.
+// twice, at most 64 unless TANDEM_ATTENTION_MAX_SPLITS says up to 128): then
+// n · kv_heads · splits < 4 · multiprocessors.
 int attention_splits(int64_t n, int64_t kv_heads, int multiprocessors);
 size_t attention_partial_floats(int64_t n, int64_t heads, int64_t head_dim, int splits);
 
