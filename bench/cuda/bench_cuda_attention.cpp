@@ -3,7 +3,10 @@
 // (attention_prefill) and the decode kernel (attention_paged, one block per
 // token and kv head), timed with CUDA events. Prints ms and useful TFLOP/s
 // (causal: 2 · T² · head_dim · heads multiply-adds, q·k and p·v, counted
-// once: the kernel's bf16 hi/lo products do three mma per product).
+// once: the kernel's bf16 hi/lo products do three mma per product). Then
+// decode: one token attending a context of 1,024 or 4,096 keys through the
+// decode kernel with the split count the decoder uses (and its combine),
+// in µs per call and GB/s of K/V read.
 //
 //   bench_cuda_attention [--json]
 #include <cuda_runtime_api.h>
@@ -116,6 +119,74 @@ int main(int argc, char** argv) {
                       sh.model, (long long)sh.heads, (long long)sh.kv_heads, (long long)sh.head_dim,
                       (long long)T, kernel, step_ms, tflops);
       }
+    }
+
+  // Decode: one token at position ctx - 1.
+  const int sms = cuda::device_info(0).multiprocessors;
+  for (const Shape& sh : shapes)
+    for (int64_t ctx : {1024, 4096}) {
+      const int64_t kv_dim = sh.kv_heads * sh.head_dim, q_dim = sh.heads * sh.head_dim;
+      const int64_t blocks = ctx / block_size;
+      cuda::DeviceBuffer k(size_t(blocks * block_size * kv_dim) * 4),
+          v(size_t(blocks * block_size * kv_dim) * 4), q(size_t(q_dim) * 4), out(size_t(q_dim) * 4);
+      for (cuda::DeviceBuffer* b : {&k, &v, &q}) CUDA_CHECK(cudaMemset(b->get(), 0x3c, b->bytes()));
+      std::vector<int32_t> table(static_cast<size_t>(blocks)), seq = {0}, start = {0};
+      std::iota(table.begin(), table.end(), 0);
+      const std::vector<int64_t> pos = {ctx - 1}, key_end = {ctx};
+      auto d_table = upload(table), d_seq = upload(seq), d_start = upload(start),
+           d_pos = upload(pos), d_end = upload(key_end);
+      cuda::StepLayout at;
+      at.positions = d_pos.as<int64_t>();
+      at.key_end = d_end.as<int64_t>();
+      at.seq = d_seq.as<int32_t>();
+      at.tables = d_table.as<int32_t>();
+      at.table_start = d_start.as<int32_t>();
+      cuda::PagedAttention p;
+      p.heads = sh.heads;
+      p.kv_heads = sh.kv_heads;
+      p.head_dim = sh.head_dim;
+      p.scale = 0.125f;
+      p.k_base = k.as<float>();
+      p.v_base = v.as<float>();
+      p.block_size = block_size;
+      p.splits = cuda::attention_splits(1, sh.kv_heads, sms);
+      cuda::DeviceBuffer partial(
+          cuda::attention_partial_floats(1, sh.heads, sh.head_dim, p.splits) * 4 + 4);
+      p.partial = partial.as<float>();
+      // 200 calls captured in one graph, as the decoder replays them
+      // (launched one by one, the launch overhead would dominate).
+      const int reps = 200;
+      cudaStream_t stream = nullptr;
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      cuda::attention_paged(q.as<float>(), 1, at, p, out.as<float>(), stream);  // set-up calls
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < reps; ++i)
+        cuda::attention_paged(q.as<float>(), 1, at, p, out.as<float>(), stream);
+      cudaGraph_t graph = nullptr;
+      CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      cudaGraphExec_t exec = nullptr;
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CUDA_CHECK(cudaEventRecord(t0, stream));
+      CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      CUDA_CHECK(cudaEventRecord(t1, stream));
+      CUDA_CHECK(cudaEventSynchronize(t1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+      const double us = ms * 1e3 / reps, gbs = 2.0 * double(ctx * kv_dim) * 4 / (us * 1e-6) / 1e9;
+      if (json)
+        std::printf(
+            "{\"shape\": \"%s\", \"decode_context\": %lld, \"splits\": %d, \"us\": %.2f, "
+            "\"kv_gbs\": %.1f}\n",
+            sh.model, (long long)ctx, p.splits, us, gbs);
+      else
+        std::printf("%-20s decode, context %5lld, %3d splits  %8.2f us  %7.1f GB/s of K/V\n",
+                    sh.model, (long long)ctx, p.splits, us, gbs);
     }
   return 0;
 }
