@@ -53,6 +53,9 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
         // Gemma 4 E2B's global layers (8 query heads on one kv head of 512)
         // and a head dim that is not a multiple of 4.
         Case{8, 1, 512, 70, 2, 0, 0.f, false}, Case{6, 2, 18, 45, 3, 0, 0.f, false},
+        // Query-head groups split over blocks: Gemma 4's sliding layers (8
+        // heads of 256: 2 blocks), and 5 heads of 512 (3 blocks, uneven).
+        Case{8, 1, 256, 300, 1, 0, 0.f, false}, Case{5, 1, 512, 60, 2, 0, 0.f, false},
         // Prefill chunks: several query tiles, a window inside them, soft-cap
         // with bidirectional rows, Gemma's 256 and 512 head dims.
         Case{4, 2, 64, 150, 100, 40, 0.f, false}, Case{4, 2, 128, 90, 70, 0, 30.f, true},

@@ -618,6 +618,7 @@ struct Decoder::Impl {
     p.block_size = KvPool::kBlockSize;
     p.splits = splits;
     p.partial = partial.as<float>();
+    p.multiprocessors = multiprocessors;
     if (prefill_tiles > 0 && L.prefill_kernel)
       attention_prefill(qp, at, dev<int32_t>(off_tiles), prefill_tiles, p, attn.as<float>(),
                         stream);

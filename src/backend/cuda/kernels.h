@@ -105,6 +105,9 @@ struct PagedAttention {
   int block_shift = 0;     // log2(block_size), set by attention_paged
   int splits = 1;
   float* partial = nullptr;
+  // The device's SM count, when known: a grid of (token, kv head, split)
+  // blocks that fills it keeps each kv head's query heads in one block.
+  int multiprocessors = 0;
 };
 // q, out: [n, heads·head_dim].
 void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
