@@ -219,4 +219,25 @@ TEST(CudaPrefillTiles, RunsOfOneSequenceCutEvery64Tokens) {
   EXPECT_TRUE(cuda::attention_prefill_tiles(seq.data(), 0).empty());
 }
 
+// Host-side: decode tokens first go to the decode kernel, the rest is tiled.
+TEST(CudaPrefillTiles, LeadingDecodeTokensTakeTheDecodeKernel) {
+  // Three decode tokens (sequences 4, 7, 2), a 70-token chunk of sequence 5,
+  // then a lone token of sequence 9 (tiled: it follows a run).
+  std::vector<int32_t> seq = {4, 7, 2};
+  for (int i = 0; i < 70; ++i) seq.push_back(5);
+  seq.push_back(9);
+  const cuda::PrefillAttentionPlan plan =
+      cuda::plan_prefill_attention(seq.data(), int64_t(seq.size()));
+  EXPECT_EQ(plan.decode_tokens, 3);
+  EXPECT_EQ(plan.tiles, (std::vector<int32_t>{3, 67, 67, 73, 73, 74}));
+  // A step that starts with a run tiles everything; one of lone tokens only
+  // has no tiles.
+  const std::vector<int32_t> run_first = {1, 1, 2};
+  EXPECT_EQ(cuda::plan_prefill_attention(run_first.data(), 3).decode_tokens, 0);
+  const std::vector<int32_t> lone = {0, 1, 2};
+  const cuda::PrefillAttentionPlan all_decode = cuda::plan_prefill_attention(lone.data(), 3);
+  EXPECT_EQ(all_decode.decode_tokens, 3);
+  EXPECT_TRUE(all_decode.tiles.empty());
+}
+
 }  // namespace

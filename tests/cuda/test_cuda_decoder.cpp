@@ -19,7 +19,8 @@
 //    tokens (reference.json "greedy").
 // And batching: sequences of different lengths prefilled together and then
 // decoded together (graph buckets with padding rows) give each sequence the
-// logits it gets alone on the CPU.
+// logits it gets alone on the CPU; so does a decode token beside another
+// sequence's prefill chunk (the two attention kernels in one step).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -166,6 +167,54 @@ TEST(CudaDecoderBatch, SequencesInOneStepMatchEachAlone) {
                     graphs ? "graphs" : "eager ", err);
       }
     }
+  }
+}
+
+// A step that carries decode tokens and a prefill chunk (the engine's
+// order: decode tokens first) splits its attention between the decode
+// kernel and the tensor-core prefill kernel; each sequence must still get
+// the logits it gets alone on the CPU (within the prefill kernel's 1e-3).
+TEST(CudaDecoderBatch, DecodeTokensBesidePrefillChunksMatchEachAlone) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  for (const char* name : {"gemma4_text-f32", "qwen3-f32"}) {
+    auto model = load_model(fixture(name));
+    const ModelSpec& s = model->spec;
+    const int64_t V = s.vocab;
+    // a: a 20-token prompt, then decodes; b: arrives one step later with 40.
+    std::vector<int32_t> a, b;
+    for (int32_t i = 0; i < 24; ++i) a.push_back((i * 37 + 5) % int32_t(V));
+    for (int32_t i = 0; i < 43; ++i) b.push_back((i * 53 + 11) % int32_t(V));
+    KvPool kv_pool(s, 64, 128, /*host_storage=*/false);
+    cuda::Decoder gpu(*model, kv_pool, 128, 0);
+    SequenceKv kv_a, kv_b;
+    std::vector<float> got_a, got_b;
+    auto run = [&](int64_t na, int64_t nb) {
+      std::vector<SeqStep> step;
+      std::vector<float> out_a(size_t(na * V)), out_b(size_t(nb * V));
+      if (na > 0) {
+        ASSERT_TRUE(kv_reserve(kv_pool, s, kv_a, kv_a.length + na));
+        step.push_back(SeqStep{a.data() + kv_a.length, na, &kv_a, out_a.data(), true});
+      }
+      if (nb > 0) {
+        ASSERT_TRUE(kv_reserve(kv_pool, s, kv_b, kv_b.length + nb));
+        step.push_back(SeqStep{b.data() + kv_b.length, nb, &kv_b, out_b.data(), true});
+      }
+      gpu.step(step);
+      got_a.insert(got_a.end(), out_a.begin(), out_a.end());
+      got_b.insert(got_b.end(), out_b.begin(), out_b.end());
+    };
+    run(20, 0);  // a's prompt alone: tiles only
+    run(1, 40);  // a decodes beside b's prompt: 1 decode token, then tiles
+    run(1, 1);
+    run(1, 1);
+    run(1, 1);
+    const double err_a = relative_error(got_a, cpu_logits(*model, a));
+    const double err_b = relative_error(got_b, cpu_logits(*model, b));
+    EXPECT_LE(err_a, 1e-3) << name << " (the decoding sequence)";
+    EXPECT_LE(err_b, 1e-3) << name << " (the prefilling sequence)";
+    std::printf("[cuda mixed] %-16s decode beside prefill: %.2e / %.2e x std\n", name, err_a,
+                err_b);
   }
 }
 

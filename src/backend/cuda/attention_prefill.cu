@@ -351,6 +351,15 @@ std::vector<int32_t> attention_prefill_tiles(const int32_t* seq, int64_t n) {
   return tiles;
 }
 
+PrefillAttentionPlan plan_prefill_attention(const int32_t* seq, int64_t n) {
+  PrefillAttentionPlan plan;
+  int64_t& p = plan.decode_tokens;
+  while (p < n && (p == 0 || seq[p - 1] != seq[p]) && (p + 1 == n || seq[p + 1] != seq[p])) ++p;
+  plan.tiles = attention_prefill_tiles(seq + p, n - p);
+  for (int32_t& t : plan.tiles) t += int32_t(p);
+  return plan;
+}
+
 void attention_prefill(const float* q, const StepLayout& at, const int32_t* tiles, int64_t n_tiles,
                        const PagedAttention& p, float* out, cudaStream_t stream) {
   if (n_tiles <= 0) return;

@@ -323,8 +323,10 @@ struct Decoder::Impl {
   bool graphs = graphs_enabled_by_env();
   int64_t gemv_tokens = Decoder::gemv_max_tokens();
   int64_t affine_gemv_tokens = Decoder::affine_gemv_max_tokens();
-  // Query tiles of this step for attention_prefill (0: the decode kernel).
-  int64_t prefill_tiles = 0;
+  // Query tiles of this step for attention_prefill (0: the decode kernel
+  // for every token), after decode_prefix tokens that take the decode
+  // kernel (plan_prefill_attention).
+  int64_t prefill_tiles = 0, decode_prefix = 0;
   size_t weight_bytes = 0, streamed_bytes = 0, kv_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -619,11 +621,16 @@ struct Decoder::Impl {
     p.splits = splits;
     p.partial = partial.as<float>();
     p.multiprocessors = multiprocessors;
-    if (prefill_tiles > 0 && L.prefill_kernel)
+    if (prefill_tiles > 0 && L.prefill_kernel) {
+      if (decode_prefix > 0) {
+        p.splits = attention_splits(decode_prefix, min_kv_heads, multiprocessors);
+        attention_paged(qp, decode_prefix, at, p, attn.as<float>(), stream);
+      }
       attention_prefill(qp, at, dev<int32_t>(off_tiles), prefill_tiles, p, attn.as<float>(),
                         stream);
-    else
+    } else {
       attention_paged(qp, T, at, p, attn.as<float>(), stream);
+    }
     mark("attention");
     float* op = out.as<float>();
     linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op);
@@ -1033,13 +1040,14 @@ void Decoder::step(std::span<const SeqStep> batch) {
     }
   }
   // Prefill attention's query tiles (eager steps with a run of tokens).
-  m.prefill_tiles = 0;
+  m.prefill_tiles = m.decode_prefix = 0;
   int64_t longest_run = 0;
   for (const SeqStep& q : batch) longest_run = std::max(longest_run, q.n);
   if (!graph && longest_run >= kPrefillKernelMinRun) {
-    const std::vector<int32_t> tiles = attention_prefill_tiles(seq, tokens);
-    std::copy(tiles.begin(), tiles.end(), m.host<int32_t>(m.off_tiles));
-    m.prefill_tiles = int64_t(tiles.size() / 2);
+    const PrefillAttentionPlan plan = plan_prefill_attention(seq, tokens);
+    std::copy(plan.tiles.begin(), plan.tiles.end(), m.host<int32_t>(m.off_tiles));
+    m.prefill_tiles = int64_t(plan.tiles.size() / 2);
+    m.decode_prefix = plan.decode_tokens;
   }
   if (graph) {  // padding rows, each its own sequence
     for (int64_t r = t; r < T; ++r) {

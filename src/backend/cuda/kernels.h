@@ -126,6 +126,18 @@ bool attention_prefill_supported(int64_t head_dim, int device);
 // Query tiles for n step tokens whose sequences are seq[0..n): runs of the
 // same sequence, cut every 64 tokens, as (first, end) pairs.
 std::vector<int32_t> attention_prefill_tiles(const int32_t* seq, int64_t n);
+// Which kernel takes which tokens of a step that carries prefill runs:
+// tokens [0, decode_tokens) are single tokens of their sequences (decode),
+// for attention_paged, which reads each K/V row once per kv head; `tiles`
+// (absolute step tokens) cover the rest, for attention_prefill, where a
+// lone token would be a 64-row tile re-reading its context once per query
+// head. The engine schedules decode tokens first; a single token after the
+// first run is tiled like the rest.
+struct PrefillAttentionPlan {
+  int64_t decode_tokens = 0;
+  std::vector<int32_t> tiles;
+};
+PrefillAttentionPlan plan_prefill_attention(const int32_t* seq, int64_t n);
 // Key-range splits worth using for n tokens of `kv_heads` KV heads (one
 // block each) on a device of `multiprocessors` SMs (enough blocks to fill it
 // twice, at most 64 unless TANDEM_ATTENTION_MAX_SPLITS says up to 128): then
