@@ -3,14 +3,16 @@
 #
 #   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [quick]
 #
-# BUILD_DIR holds a CUDA build (tandem, tandem_cuda_tests, bench_cuda_decode;
+# BUILD_DIR holds a CUDA build (tandem, tandem_cuda_tests, bench_cuda_decode,
+# bench_cuda_attention;
 # built here or carried from a build machine with the same toolkit). Writes
 # OUT_DIR/cuda-tests.log (every CUDA kernel and the decoder against the CPU
 # backend), OUT_DIR/bench.jsonl (bench_cuda_decode: batch-1 decode at
 # contexts 128 and 4096, 32 sequences at context 1024, prefill of 512 and
 # 4096 tokens, for each model shape in bench/configs; 8-128 sequences for
 # llama-3.2-1b; 4- and 8-bit weights), OUT_DIR/profile.txt (device time per
-# op of a decode step) and
+# op of a decode step), OUT_DIR/attention.txt (bench_cuda_attention: the
+# prefill and decode attention kernels alone) and
 # OUT_DIR/serve.log (each demo model in models/, or the built-in one, served
 # with --device cuda and checked by tandem coherence on both lanes; a seeded
 # sampling check; loadgen TTFT / ITL on llama-3.2-1b's shapes). `quick` runs
