@@ -57,6 +57,18 @@ struct DevMatrix {
   }
 };
 
+// Environment switches for measuring one path against another
+// (docs/architecture.md lists them): whether `name` is set to `value`, and
+// a non-negative count with its default.
+bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == value;
+}
+int64_t env_count(const char* name, int64_t fallback) {
+  const char* e = std::getenv(name);
+  return e ? std::max<int64_t>(0, std::atoll(e)) : fallback;
+}
+
 // Whether parts uploaded together stay quantized on the device: packed
 // weights are asked for (TANDEM_CUDA_PACKED_QUANT=1: on the H200 they match
 // the bf16 path at batch 1 but are several times slower batched, where each
@@ -64,8 +76,7 @@ struct DevMatrix {
 // and every part is affine with the
 // same bits and group size (what the GEMV kernel streams).
 bool stays_affine(const std::vector<const WeightMatrix*>& parts) {
-  const char* e = std::getenv("TANDEM_CUDA_PACKED_QUANT");
-  if (!e || std::string(e) != "1") return false;
+  if (!env_is("TANDEM_CUDA_PACKED_QUANT", "1")) return false;
   const WeightMatrix* first = nullptr;
   for (const WeightMatrix* w : parts) {
     if (!w->data || w->rows == 0) continue;
@@ -293,16 +304,14 @@ int64_t bucket_for(int64_t n, int64_t max) {
 }
 
 bool graphs_enabled_by_env() {
-  const char* e = std::getenv("TANDEM_CUDA_GRAPHS");
-  return !(e && std::string(e) == "0");
+  return !env_is("TANDEM_CUDA_GRAPHS", "0");
 }
 
 // Prefill attention on tensor cores (attention_prefill) unless
 // TANDEM_CUDA_PREFILL_ATTENTION=0 (for measuring it against the decode
 // kernel).
 bool prefill_kernel_enabled() {
-  const char* e = std::getenv("TANDEM_CUDA_PREFILL_ATTENTION");
-  return !(e && std::string(e) == "0");
+  return !env_is("TANDEM_CUDA_PREFILL_ATTENTION", "0");
 }
 
 // Steps whose longest run of one sequence's tokens reaches this many take
@@ -443,8 +452,7 @@ struct Decoder::Impl {
         gemm_bf16(w_hi, r0, m, w.rows, w.cols, hi, lo, n, y);
         gemm_bf16_add(w_lo, r0, m, w.rows, w.cols, hi, n, y);
       }
-      if (size_t(2 * n * w.rows) * sizeof(float) <= halves.bytes())
-        add_halves(halves.as<float>(), n * w.rows, y, stream);
+      if (halves_fit(n, w.rows)) add_halves(halves.as<float>(), n * w.rows, y, stream);
     } else if (n <= gemv_tokens) {
       if (w.dtype == DType::BF16)
         gemv_bf16(w.buf.as<uint16_t>(), w.rows, w.cols, xin, n, y, stream);
@@ -459,8 +467,7 @@ struct Decoder::Impl {
         uint16_t* lo = hi + n * w.cols;
         split_bf16(xin, n * w.cols, hi, lo, stream);
         gemm_bf16(w.buf.get(), 0, w.rows, w.rows, w.cols, hi, lo, n, y);
-        if (size_t(2 * n * w.rows) * sizeof(float) <= halves.bytes())
-          add_halves(halves.as<float>(), n * w.rows, y, stream);
+        if (halves_fit(n, w.rows)) add_halves(halves.as<float>(), n * w.rows, y, stream);
       } else {
         CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n), int(w.cols),
                                  &one, w.buf.as<float>(), int(w.cols), xin, int(w.cols), &zero, y,
@@ -476,12 +483,18 @@ struct Decoder::Impl {
   // back: one [2n, cols] operand, so one GEMM reads the weights once). The
   // two halves of the output land in `halves` for add_halves — or, when it
   // cannot hold them (a head over many rows), two GEMMs accumulate into y.
+  // Whether the hi and lo products of n rows by `rows` outputs fit in
+  // `halves` (else the GEMMs accumulate into y directly).
+  bool halves_fit(int64_t n, int64_t rows) const {
+    return size_t(2 * n * rows) * sizeof(float) <= halves.bytes();
+  }
+
   void gemm_bf16(const void* wrows, int64_t r0, int64_t m, int64_t rows, int64_t cols,
                  const uint16_t* hi, const uint16_t* lo, int64_t n, float* y) {
     const float one = 1.f, zero = 0.f;
     // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W read
     // as the transpose of its column-major [cols, m] view.
-    if (size_t(2 * n * rows) * sizeof(float) <= halves.bytes()) {
+    if (halves_fit(n, rows)) {
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(2 * n), int(cols), &one,
                                 wrows, CUDA_R_16BF, int(cols), hi, CUDA_R_16BF, int(cols), &zero,
                                 halves.as<float>() + r0, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,
@@ -500,7 +513,7 @@ struct Decoder::Impl {
   void gemm_bf16_add(const void* wrows, int64_t r0, int64_t m, int64_t rows, int64_t cols,
                      const uint16_t* hi, int64_t n, float* y) {
     const float one = 1.f;
-    float* dst = size_t(2 * n * rows) * sizeof(float) <= halves.bytes() ? halves.as<float>() : y;
+    float* dst = halves_fit(n, rows) ? halves.as<float>() : y;
     CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
                               wrows, CUDA_R_16BF, int(cols), hi, CUDA_R_16BF, int(cols), &one,
                               dst + r0, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,
@@ -937,13 +950,11 @@ void Decoder::set_graphs(bool on) {
   impl_->graphs = on;
 }
 int64_t Decoder::gemv_max_tokens() {
-  const char* e = std::getenv("TANDEM_GEMV_MAX_TOKENS");  // for measuring where the paths cross
-  return e ? std::max<int64_t>(0, std::atoll(e)) : 2;
+  return env_count("TANDEM_GEMV_MAX_TOKENS", 2);  // for measuring where the paths cross
 }
 
 int64_t Decoder::affine_gemv_max_tokens() {
-  const char* e = std::getenv("TANDEM_AFFINE_GEMV_MAX_TOKENS");
-  return e ? std::max<int64_t>(0, std::atoll(e)) : 8;
+  return env_count("TANDEM_AFFINE_GEMV_MAX_TOKENS", 8);
 }
 
 bool Decoder::samples_on_device() const {
