@@ -36,6 +36,53 @@ cuda::DeviceBuffer upload(const std::vector<T>& v) {
   return b;
 }
 
+constexpr int64_t kBlockSize = 16;
+
+// One sequence of `ctx` positions in a paged f32 cache (blocks in order),
+// whose last n tokens are the step's queries, each seeing the keys up to
+// its own position (causal); attention parameters for the shape.
+struct CausalStep {
+  cuda::DeviceBuffer k, v, q, out, table, seq, start, pos, key_end;
+  std::vector<int32_t> host_seq;
+  cuda::StepLayout at;
+  cuda::PagedAttention p;
+
+  CausalStep(const Shape& sh, int64_t ctx, int64_t n) {
+    const int64_t kv_dim = sh.kv_heads * sh.head_dim, q_dim = sh.heads * sh.head_dim;
+    const int64_t blocks = (ctx + kBlockSize - 1) / kBlockSize;
+    k = cuda::DeviceBuffer(size_t(blocks * kBlockSize * kv_dim) * 4);
+    v = cuda::DeviceBuffer(k.bytes());
+    q = cuda::DeviceBuffer(size_t(n * q_dim) * 4);
+    out = cuda::DeviceBuffer(q.bytes());
+    for (cuda::DeviceBuffer* b : {&k, &v, &q}) CUDA_CHECK(cudaMemset(b->get(), 0x3c, b->bytes()));
+    std::vector<int32_t> blocks_in_order(static_cast<size_t>(blocks));
+    std::iota(blocks_in_order.begin(), blocks_in_order.end(), 0);
+    host_seq.assign(static_cast<size_t>(n), 0);
+    std::vector<int64_t> positions(static_cast<size_t>(n)), ends(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+      positions[size_t(t)] = ctx - n + t;
+      ends[size_t(t)] = ctx - n + t + 1;
+    }
+    table = upload(blocks_in_order);
+    seq = upload(host_seq);
+    start = upload(std::vector<int32_t>{0});
+    pos = upload(positions);
+    key_end = upload(ends);
+    at.positions = pos.as<int64_t>();
+    at.key_end = key_end.as<int64_t>();
+    at.seq = seq.as<int32_t>();
+    at.tables = table.as<int32_t>();
+    at.table_start = start.as<int32_t>();
+    p.heads = sh.heads;
+    p.kv_heads = sh.kv_heads;
+    p.head_dim = sh.head_dim;
+    p.scale = 0.125f;
+    p.k_base = k.as<float>();
+    p.v_base = v.as<float>();
+    p.block_size = kBlockSize;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,53 +96,25 @@ int main(int argc, char** argv) {
                                      {"qwen3-1.7b", 16, 8, 128},
                                      {"gemma-3-1b", 4, 1, 256},
                                      {"gemma-4-e2b global", 8, 1, 512}};
-  const int64_t block_size = 16;
   cudaEvent_t t0, t1;
   CUDA_CHECK(cudaEventCreate(&t0));
   CUDA_CHECK(cudaEventCreate(&t1));
   for (const Shape& sh : shapes)
     for (int64_t T : {512, 4096}) {
-      const int64_t kv_dim = sh.kv_heads * sh.head_dim, q_dim = sh.heads * sh.head_dim;
-      const int64_t blocks = T / block_size;
-      cuda::DeviceBuffer k(size_t(blocks * block_size * kv_dim) * 4),
-          v(size_t(blocks * block_size * kv_dim) * 4), q(size_t(T * q_dim) * 4),
-          out(size_t(T * q_dim) * 4);
-      for (cuda::DeviceBuffer* b : {&k, &v, &q}) CUDA_CHECK(cudaMemset(b->get(), 0x3c, b->bytes()));
-      std::vector<int32_t> table(static_cast<size_t>(blocks)), seq(static_cast<size_t>(T), 0),
-          start = {0};
-      std::iota(table.begin(), table.end(), 0);
-      std::vector<int64_t> pos(static_cast<size_t>(T)), key_end(static_cast<size_t>(T));
-      for (int64_t t = 0; t < T; ++t) {
-        pos[size_t(t)] = t;
-        key_end[size_t(t)] = t + 1;
-      }
-      auto d_table = upload(table), d_seq = upload(seq), d_start = upload(start),
-           d_pos = upload(pos), d_end = upload(key_end);
-      const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(seq.data(), T);
+      CausalStep step(sh, T, T);
+      const cuda::StepLayout& at = step.at;
+      const cuda::PagedAttention& p = step.p;
+      const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(step.host_seq.data(), T);
       auto d_tiles = upload(tiles);
-      cuda::StepLayout at;
-      at.positions = d_pos.as<int64_t>();
-      at.key_end = d_end.as<int64_t>();
-      at.seq = d_seq.as<int32_t>();
-      at.tables = d_table.as<int32_t>();
-      at.table_start = d_start.as<int32_t>();
-      cuda::PagedAttention p;
-      p.heads = sh.heads;
-      p.kv_heads = sh.kv_heads;
-      p.head_dim = sh.head_dim;
-      p.scale = 0.125f;
-      p.k_base = k.as<float>();
-      p.v_base = v.as<float>();
-      p.block_size = block_size;
       const double flops = 2.0 * double(T) * double(T) * double(sh.head_dim) * double(sh.heads);
       for (int prefill_kernel = 1; prefill_kernel >= 0; --prefill_kernel) {
         if (prefill_kernel && !cuda::attention_prefill_supported(sh.head_dim, 0)) continue;
         auto run = [&] {
           if (prefill_kernel)
-            cuda::attention_prefill(q.as<float>(), at, d_tiles.as<int32_t>(),
-                                    int64_t(tiles.size() / 2), p, out.as<float>(), nullptr);
+            cuda::attention_prefill(step.q.as<float>(), at, d_tiles.as<int32_t>(),
+                                    int64_t(tiles.size() / 2), p, step.out.as<float>(), nullptr);
           else
-            cuda::attention_paged(q.as<float>(), T, at, p, out.as<float>(), nullptr);
+            cuda::attention_paged(step.q.as<float>(), T, at, p, step.out.as<float>(), nullptr);
         };
         run();
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -125,30 +144,10 @@ int main(int argc, char** argv) {
   const int sms = cuda::device_info(0).multiprocessors;
   for (const Shape& sh : shapes)
     for (int64_t ctx : {1024, 4096}) {
-      const int64_t kv_dim = sh.kv_heads * sh.head_dim, q_dim = sh.heads * sh.head_dim;
-      const int64_t blocks = ctx / block_size;
-      cuda::DeviceBuffer k(size_t(blocks * block_size * kv_dim) * 4),
-          v(size_t(blocks * block_size * kv_dim) * 4), q(size_t(q_dim) * 4), out(size_t(q_dim) * 4);
-      for (cuda::DeviceBuffer* b : {&k, &v, &q}) CUDA_CHECK(cudaMemset(b->get(), 0x3c, b->bytes()));
-      std::vector<int32_t> table(static_cast<size_t>(blocks)), seq = {0}, start = {0};
-      std::iota(table.begin(), table.end(), 0);
-      const std::vector<int64_t> pos = {ctx - 1}, key_end = {ctx};
-      auto d_table = upload(table), d_seq = upload(seq), d_start = upload(start),
-           d_pos = upload(pos), d_end = upload(key_end);
-      cuda::StepLayout at;
-      at.positions = d_pos.as<int64_t>();
-      at.key_end = d_end.as<int64_t>();
-      at.seq = d_seq.as<int32_t>();
-      at.tables = d_table.as<int32_t>();
-      at.table_start = d_start.as<int32_t>();
-      cuda::PagedAttention p;
-      p.heads = sh.heads;
-      p.kv_heads = sh.kv_heads;
-      p.head_dim = sh.head_dim;
-      p.scale = 0.125f;
-      p.k_base = k.as<float>();
-      p.v_base = v.as<float>();
-      p.block_size = block_size;
+      CausalStep step(sh, ctx, 1);
+      const cuda::StepLayout& at = step.at;
+      cuda::PagedAttention& p = step.p;
+      const int64_t kv_dim = sh.kv_heads * sh.head_dim;
       p.splits = cuda::attention_splits(1, sh.kv_heads, sms);
       cuda::DeviceBuffer partial(
           cuda::attention_partial_floats(1, sh.heads, sh.head_dim, p.splits) * 4 + 4);
@@ -158,11 +157,11 @@ int main(int argc, char** argv) {
       const int reps = 200;
       cudaStream_t stream = nullptr;
       CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      cuda::attention_paged(q.as<float>(), 1, at, p, out.as<float>(), stream);  // set-up calls
+      cuda::attention_paged(step.q.as<float>(), 1, at, p, step.out.as<float>(), stream);  // set-up
       CUDA_CHECK(cudaStreamSynchronize(stream));
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
       for (int i = 0; i < reps; ++i)
-        cuda::attention_paged(q.as<float>(), 1, at, p, out.as<float>(), stream);
+        cuda::attention_paged(step.q.as<float>(), 1, at, p, step.out.as<float>(), stream);
       cudaGraph_t graph = nullptr;
       CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
       cudaGraphExec_t exec = nullptr;
