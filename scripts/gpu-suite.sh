@@ -10,7 +10,8 @@
 # backend), OUT_DIR/bench.jsonl (bench_cuda_decode: batch-1 decode at
 # contexts 128 and 4096, 32 sequences at context 1024, prefill of 512 and
 # 4096 tokens, for each model shape in bench/configs; 8-128 sequences for
-# llama-3.2-1b; 4- and 8-bit weights), OUT_DIR/profile.txt (device time per
+# llama-3.2-1b; 4- and 8-bit weights; f32 KV rows against the default
+# bf16), OUT_DIR/profile.txt (device time per
 # op of a decode step), OUT_DIR/attention.txt (bench_cuda_attention: the
 # prefill and decode attention kernels alone) and
 # OUT_DIR/serve.log (each demo model in models/, or the built-in one, served
@@ -67,6 +68,11 @@ if [ -n "$configs" ] && [ "$mode" != quick ]; then
   unset TANDEM_CUDA_PACKED_QUANT
   TANDEM_CUDA_PDL=0 timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json \
     --context 128 --tokens 128 --prefill 512
+  # f32 KV rows (--kv-cache-dtype f32), against the default bf16 ones above.
+  timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 4096 \
+    --tokens 64 --prefill 4096 --kv-dtype f32
+  timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 1024 \
+    --tokens 32 --batch 64 --prefill 16 --kv-dtype f32
 fi >>"$out/bench.jsonl" 2>>"$out/bench-stderr.log"
 
 # Prefill attention kernels alone (tensor-core prefill vs the decode kernel).

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/decoder.h"
 #include "test_util.h"
@@ -152,6 +153,55 @@ TEST(KvPool, SlidingLayersHoldOnlyTheWindow) {
   kv_release(kv_pool, kv);
   EXPECT_EQ(kv_pool.free_count(AttentionKind::Full), 4);
   EXPECT_EQ(kv_pool.free_count(AttentionKind::Sliding), kv_pool.total(AttentionKind::Sliding));
+}
+
+TEST(KvPool, RowTypesSetTheBlockSizeAndHostRowsAreF32) {
+  auto model = load_model(test::fixture_dir("gemma3_text-f32"));
+  const ModelSpec& s = model->spec;
+  for (AttentionKind kind : {AttentionKind::Full, AttentionKind::Sliding})
+    EXPECT_EQ(KvPool::block_bytes(s, kind, DType::BF16) * 2, KvPool::block_bytes(s, kind));
+  EXPECT_EQ(KvPool(s, 2, 2, /*host_storage=*/false, DType::BF16).row_dtype(), DType::BF16);
+  const std::string host = test::error_of([&] { KvPool(s, 2, 2, true, DType::BF16); });
+  EXPECT_NE(host.find("--kv-cache-dtype bf16 needs --device cuda"), std::string::npos) << host;
+  const std::string f16 = test::error_of([&] { KvPool(s, 2, 2, false, DType::F16); });
+  EXPECT_NE(f16.find("f32 or bf16"), std::string::npos) << f16;
+}
+
+// The oracle of bf16 KV rows: every row the decoder writes is a bf16 value,
+// and the logits move (by about 2e-2 x std on this fixture) but stay close.
+TEST(Decoder, RoundingKvRowsToBf16KeepsOnlyBf16Values) {
+  auto model = load_model(test::fixture_dir("llama-f32"));
+  const ModelSpec& s = model->spec;
+  const std::vector<int32_t> ids = fixture_ids("llama-f32");
+  const int64_t n = int64_t(ids.size()), V = s.vocab;
+  ThreadPool pool(2);
+  std::vector<float> logits[2];
+  for (int round = 0; round < 2; ++round) {
+    KvPool kv_pool = single_sequence_pool(s, n, Decoder::kDefaultStepTokens);
+    Decoder d(*model, pool, kv_pool);
+    d.round_kv_rows_to_bf16(round == 1);
+    SequenceKv kv;
+    logits[round].resize(size_t(n * V));
+    run_sequence(d, ids.data(), n, kv, logits[round].data(), true);
+    size_t not_bf16 = 0;
+    const int64_t row = s.layer[0].kv_dim();
+    for (int64_t p = 0; p < n; ++p)
+      for (const float* r : {kv_pool.keys(0, kv.full[size_t(p / KvPool::kBlockSize)]),
+                             kv_pool.values(0, kv.full[size_t(p / KvPool::kBlockSize)])})
+        for (int64_t j = 0; j < row; ++j) {
+          const float x = r[(p % KvPool::kBlockSize) * row + j];
+          not_bf16 += bf16_to_f32(f32_to_bf16(x)) != x;
+        }
+    if (round == 1)
+      EXPECT_EQ(not_bf16, 0u);
+    else
+      EXPECT_GT(not_bf16, 0u);  // f32 rows keep f32 values
+  }
+  float scale = 0;
+  for (float x : logits[0]) scale = std::max(scale, std::fabs(x));
+  const float moved = max_abs_diff(logits[0], logits[1]);
+  EXPECT_GT(moved, 0.f);
+  EXPECT_LT(moved, 0.05f * scale);
 }
 
 TEST(KvPool, ReserveIsAllOrNothing) {

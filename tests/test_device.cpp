@@ -62,6 +62,23 @@ TEST(Device, BogusValuesNameTheFlagAndTheAcceptedValues) {
   }
 }
 
+TEST(Device, KvCacheDtypeIsBf16OnCudaAndF32OnTheCpu) {
+  const DeviceChoice cpu{}, gpu{.cuda = true, .index = 0};
+  EXPECT_EQ(resolve_kv_dtype("auto", cpu), DType::F32);
+  EXPECT_EQ(resolve_kv_dtype("auto", gpu), DType::BF16);
+  EXPECT_EQ(resolve_kv_dtype("f32", gpu), DType::F32);
+  EXPECT_EQ(resolve_kv_dtype("bf16", gpu), DType::BF16);
+  EXPECT_EQ(resolve_kv_dtype("f32", cpu), DType::F32);
+  const std::string on_cpu = error_of([&] { resolve_kv_dtype("bf16", cpu); });
+  EXPECT_NE(on_cpu.find("--kv-cache-dtype bf16"), std::string::npos) << on_cpu;
+  EXPECT_NE(on_cpu.find("use f32 or auto"), std::string::npos) << on_cpu;
+  for (const char* bad : {"fp16", "BF16", "", "f16", "int8"}) {
+    const std::string err = error_of([&] { resolve_kv_dtype(bad, gpu); });
+    EXPECT_NE(err.find("--kv-cache-dtype"), std::string::npos) << bad << ": " << err;
+    EXPECT_NE(err.find("auto, f32 or bf16"), std::string::npos) << bad << ": " << err;
+  }
+}
+
 TEST(Device, WithoutAUsableGpuAutoIsTheCpuAndCudaFailsClearly) {
   if (cuda_usable()) GTEST_SKIP() << "a CUDA device is usable here";
   testing::internal::CaptureStderr();

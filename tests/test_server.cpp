@@ -281,6 +281,7 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
                                           "prompt_tps",
                                           "kv_blocks_used",
                                           "kv_blocks_total",
+                                          "kv_cache_dtype",
                                           "text_lane_requests",
                                           "vision_lane_requests",
                                           "vision_encoder_calls",
@@ -294,6 +295,7 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
   EXPECT_EQ(r.body["status"], "ok");
   EXPECT_EQ(r.body["model"], "test-model");
   EXPECT_EQ(r.body["device"], "cpu");  // no "gpu_memory" on the CPU
+  EXPECT_EQ(r.body["kv_cache_dtype"], "f32");
   EXPECT_EQ(r.body["total_requests_processed"], 1);
   EXPECT_EQ(r.body["total_completion_tokens"], 3);
   EXPECT_EQ(r.body["total_prompt_tokens"], 2);

@@ -6,7 +6,9 @@
 // once: the kernel's bf16 hi/lo products do three mma per product). Then
 // decode: one token attending a context of 1,024 or 4,096 keys through the
 // decode kernel with the split count the decoder uses (and its combine),
-// in µs per call and GB/s of K/V read.
+// in µs per call and GB/s of K/V read; and 64 sequences of 1,024 keys each
+// decoding together. Every figure over f32 rows and over bf16 ones (the
+// default on CUDA).
 //
 //   bench_cuda_attention [--json]
 #include <cuda_runtime_api.h>
@@ -38,34 +40,39 @@ cuda::DeviceBuffer upload(const std::vector<T>& v) {
 
 constexpr int64_t kBlockSize = 16;
 
-// One sequence of `ctx` positions in a paged f32 cache (blocks in order),
-// whose last n tokens are the step's queries, each seeing the keys up to
-// its own position (causal); attention parameters for the shape.
+// `sequences` sequences of `ctx` positions each in a paged cache of f32 or
+// bf16 rows (each sequence's blocks in order, after the previous one's).
+// With one sequence its last n tokens are the step's queries, each seeing
+// the keys up to its own position (causal); with several, n must equal
+// their count: one decode token each, at its last position. Attention
+// parameters for the shape.
 struct CausalStep {
   cuda::DeviceBuffer k, v, q, out, table, seq, start, pos, key_end;
   std::vector<int32_t> host_seq;
   cuda::StepLayout at;
   cuda::PagedAttention p;
 
-  CausalStep(const Shape& sh, int64_t ctx, int64_t n) {
+  CausalStep(const Shape& sh, int64_t ctx, int64_t n, bool bf16_rows, int64_t sequences = 1) {
     const int64_t kv_dim = sh.kv_heads * sh.head_dim, q_dim = sh.heads * sh.head_dim;
-    const int64_t blocks = (ctx + kBlockSize - 1) / kBlockSize;
-    k = cuda::DeviceBuffer(size_t(blocks * kBlockSize * kv_dim) * 4);
+    const int64_t per_seq = (ctx + kBlockSize - 1) / kBlockSize, blocks = per_seq * sequences;
+    k = cuda::DeviceBuffer(size_t(blocks * kBlockSize * kv_dim) * (bf16_rows ? 2 : 4));
     v = cuda::DeviceBuffer(k.bytes());
     q = cuda::DeviceBuffer(size_t(n * q_dim) * 4);
     out = cuda::DeviceBuffer(q.bytes());
     for (cuda::DeviceBuffer* b : {&k, &v, &q}) CUDA_CHECK(cudaMemset(b->get(), 0x3c, b->bytes()));
-    std::vector<int32_t> blocks_in_order(static_cast<size_t>(blocks));
+    std::vector<int32_t> blocks_in_order(static_cast<size_t>(blocks)), starts;
     std::iota(blocks_in_order.begin(), blocks_in_order.end(), 0);
+    for (int64_t i = 0; i < sequences; ++i) starts.push_back(int32_t(i * per_seq));
     host_seq.assign(static_cast<size_t>(n), 0);
     std::vector<int64_t> positions(static_cast<size_t>(n)), ends(static_cast<size_t>(n));
     for (int64_t t = 0; t < n; ++t) {
-      positions[size_t(t)] = ctx - n + t;
-      ends[size_t(t)] = ctx - n + t + 1;
+      if (sequences > 1) host_seq[size_t(t)] = int32_t(t);
+      positions[size_t(t)] = sequences > 1 ? ctx - 1 : ctx - n + t;
+      ends[size_t(t)] = positions[size_t(t)] + 1;
     }
     table = upload(blocks_in_order);
     seq = upload(host_seq);
-    start = upload(std::vector<int32_t>{0});
+    start = upload(starts);
     pos = upload(positions);
     key_end = upload(ends);
     at.positions = pos.as<int64_t>();
@@ -77,8 +84,9 @@ struct CausalStep {
     p.kv_heads = sh.kv_heads;
     p.head_dim = sh.head_dim;
     p.scale = 0.125f;
-    p.k_base = k.as<float>();
-    p.v_base = v.as<float>();
+    p.k_base = k.get();
+    p.v_base = v.get();
+    p.kv_bf16 = bf16_rows;
     p.block_size = kBlockSize;
   }
 };
@@ -100,92 +108,108 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaEventCreate(&t0));
   CUDA_CHECK(cudaEventCreate(&t1));
   for (const Shape& sh : shapes)
-    for (int64_t T : {512, 4096}) {
-      CausalStep step(sh, T, T);
-      const cuda::StepLayout& at = step.at;
-      const cuda::PagedAttention& p = step.p;
-      const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(step.host_seq.data(), T);
-      auto d_tiles = upload(tiles);
-      const double flops = 2.0 * double(T) * double(T) * double(sh.head_dim) * double(sh.heads);
-      for (int prefill_kernel = 1; prefill_kernel >= 0; --prefill_kernel) {
-        if (prefill_kernel && !cuda::attention_prefill_supported(sh.head_dim, 0)) continue;
-        auto run = [&] {
-          if (prefill_kernel)
-            cuda::attention_prefill(step.q.as<float>(), at, d_tiles.as<int32_t>(),
-                                    int64_t(tiles.size() / 2), p, step.out.as<float>(), nullptr);
+    for (int64_t T : {512, 4096})
+      for (const bool bf16 : {false, true}) {
+        CausalStep step(sh, T, T, bf16);
+        const cuda::StepLayout& at = step.at;
+        const cuda::PagedAttention& p = step.p;
+        const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(step.host_seq.data(), T);
+        auto d_tiles = upload(tiles);
+        const double flops = 2.0 * double(T) * double(T) * double(sh.head_dim) * double(sh.heads);
+        const char* rows = bf16 ? "bf16" : "f32";
+        for (int prefill_kernel = 1; prefill_kernel >= 0; --prefill_kernel) {
+          if (prefill_kernel && !cuda::attention_prefill_supported(sh.head_dim, 0)) continue;
+          if (!prefill_kernel && bf16) continue;  // the slow path, timed once (f32 rows)
+          auto run = [&] {
+            if (prefill_kernel)
+              cuda::attention_prefill(step.q.as<float>(), at, d_tiles.as<int32_t>(),
+                                      int64_t(tiles.size() / 2), p, step.out.as<float>(), nullptr);
+            else
+              cuda::attention_paged(step.q.as<float>(), T, at, p, step.out.as<float>(), nullptr);
+          };
+          run();
+          CUDA_CHECK(cudaDeviceSynchronize());
+          const int reps = prefill_kernel ? 10 : 2;
+          CUDA_CHECK(cudaEventRecord(t0));
+          for (int i = 0; i < reps; ++i) run();
+          CUDA_CHECK(cudaEventRecord(t1));
+          CUDA_CHECK(cudaEventSynchronize(t1));
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+          const double step_ms = ms / reps, tflops = flops / (step_ms * 1e-3) / 1e12;
+          const char* kernel = prefill_kernel ? "prefill (tensor cores)" : "decode (CUDA cores)";
+          if (json)
+            std::printf(
+                "{\"shape\": \"%s\", \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "
+                "\"tokens\": %lld, \"rows\": \"%s\", \"kernel\": \"%s\", \"ms\": %.3f, "
+                "\"tflops\": %.1f}\n",
+                sh.model, (long long)sh.heads, (long long)sh.kv_heads, (long long)sh.head_dim,
+                (long long)T, rows, kernel, step_ms, tflops);
           else
-            cuda::attention_paged(step.q.as<float>(), T, at, p, step.out.as<float>(), nullptr);
-        };
-        run();
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const int reps = prefill_kernel ? 10 : 2;
-        CUDA_CHECK(cudaEventRecord(t0));
-        for (int i = 0; i < reps; ++i) run();
-        CUDA_CHECK(cudaEventRecord(t1));
+            std::printf(
+                "%-20s H%-3lld K%-2lld Dh%-4lld T %5lld %-4s rows  %-24s %9.3f ms  %6.1f TFLOP/s\n",
+                sh.model, (long long)sh.heads, (long long)sh.kv_heads, (long long)sh.head_dim,
+                (long long)T, rows, kernel, step_ms, tflops);
+        }
+      }
+
+  // Decode: one token at position ctx - 1 of each of `sequences` sequences.
+  const int sms = cuda::device_info(0).multiprocessors;
+  struct DecodeCase {
+    int64_t sequences, ctx;
+  };
+  for (const Shape& sh : shapes)
+    for (const DecodeCase dc : {DecodeCase{1, 1024}, DecodeCase{1, 4096}, DecodeCase{64, 1024}})
+      for (const bool bf16 : {false, true}) {
+        const int64_t n = dc.sequences, ctx = dc.ctx;
+        CausalStep step(sh, ctx, n, bf16, n);
+        const cuda::StepLayout& at = step.at;
+        cuda::PagedAttention& p = step.p;
+        const int64_t kv_dim = sh.kv_heads * sh.head_dim;
+        p.splits = cuda::attention_splits(n, sh.kv_heads, sms);
+        p.multiprocessors = sms;
+        cuda::DeviceBuffer partial(
+            cuda::attention_partial_floats(n, sh.heads, sh.head_dim, p.splits) * 4 + 4);
+        p.partial = partial.as<float>();
+        // 200 calls captured in one graph, as the decoder replays them
+        // (launched one by one, the launch overhead would dominate).
+        const int reps = 200;
+        cudaStream_t stream = nullptr;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        cuda::attention_paged(step.q.as<float>(), n, at, p, step.out.as<float>(),
+                              stream);  // set-up
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < reps; ++i)
+          cuda::attention_paged(step.q.as<float>(), n, at, p, step.out.as<float>(), stream);
+        cudaGraph_t graph = nullptr;
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        cudaGraphExec_t exec = nullptr;
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaEventRecord(t0, stream));
+        CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        CUDA_CHECK(cudaEventRecord(t1, stream));
         CUDA_CHECK(cudaEventSynchronize(t1));
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        const double step_ms = ms / reps, tflops = flops / (step_ms * 1e-3) / 1e12;
-        const char* kernel = prefill_kernel ? "prefill (tensor cores)" : "decode (CUDA cores)";
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(stream);
+        const double us = ms * 1e3 / reps,
+                     gbs = 2.0 * double(n * ctx * kv_dim) * (bf16 ? 2 : 4) / (us * 1e-6) / 1e9;
+        const char* rows = bf16 ? "bf16" : "f32";
         if (json)
           std::printf(
-              "{\"shape\": \"%s\", \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "
-              "\"tokens\": %lld, \"kernel\": \"%s\", \"ms\": %.3f, \"tflops\": %.1f}\n",
-              sh.model, (long long)sh.heads, (long long)sh.kv_heads, (long long)sh.head_dim,
-              (long long)T, kernel, step_ms, tflops);
+              "{\"shape\": \"%s\", \"decode_sequences\": %lld, \"decode_context\": %lld, "
+              "\"rows\": \"%s\", \"splits\": %d, \"us\": %.2f, \"kv_gbs\": %.1f}\n",
+              sh.model, (long long)n, (long long)ctx, rows, p.splits, us, gbs);
         else
-          std::printf("%-20s H%-3lld K%-2lld Dh%-4lld T %5lld  %-24s %9.3f ms  %6.1f TFLOP/s\n",
-                      sh.model, (long long)sh.heads, (long long)sh.kv_heads, (long long)sh.head_dim,
-                      (long long)T, kernel, step_ms, tflops);
+          std::printf(
+              "%-20s decode, %2lld x context %5lld, %-4s rows, %3d splits  %8.2f us  %7.1f GB/s of "
+              "K/V\n",
+              sh.model, (long long)n, (long long)ctx, rows, p.splits, us, gbs);
       }
-    }
-
-  // Decode: one token at position ctx - 1.
-  const int sms = cuda::device_info(0).multiprocessors;
-  for (const Shape& sh : shapes)
-    for (int64_t ctx : {1024, 4096}) {
-      CausalStep step(sh, ctx, 1);
-      const cuda::StepLayout& at = step.at;
-      cuda::PagedAttention& p = step.p;
-      const int64_t kv_dim = sh.kv_heads * sh.head_dim;
-      p.splits = cuda::attention_splits(1, sh.kv_heads, sms);
-      cuda::DeviceBuffer partial(
-          cuda::attention_partial_floats(1, sh.heads, sh.head_dim, p.splits) * 4 + 4);
-      p.partial = partial.as<float>();
-      // 200 calls captured in one graph, as the decoder replays them
-      // (launched one by one, the launch overhead would dominate).
-      const int reps = 200;
-      cudaStream_t stream = nullptr;
-      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      cuda::attention_paged(step.q.as<float>(), 1, at, p, step.out.as<float>(), stream);  // set-up
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < reps; ++i)
-        cuda::attention_paged(step.q.as<float>(), 1, at, p, step.out.as<float>(), stream);
-      cudaGraph_t graph = nullptr;
-      CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      cudaGraphExec_t exec = nullptr;
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CUDA_CHECK(cudaEventRecord(t0, stream));
-      CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      CUDA_CHECK(cudaEventRecord(t1, stream));
-      CUDA_CHECK(cudaEventSynchronize(t1));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(stream);
-      const double us = ms * 1e3 / reps, gbs = 2.0 * double(ctx * kv_dim) * 4 / (us * 1e-6) / 1e9;
-      if (json)
-        std::printf(
-            "{\"shape\": \"%s\", \"decode_context\": %lld, \"splits\": %d, \"us\": %.2f, "
-            "\"kv_gbs\": %.1f}\n",
-            sh.model, (long long)ctx, p.splits, us, gbs);
-      else
-        std::printf("%-20s decode, context %5lld, %3d splits  %8.2f us  %7.1f GB/s of K/V\n",
-                    sh.model, (long long)ctx, p.splits, us, gbs);
-    }
   return 0;
 }

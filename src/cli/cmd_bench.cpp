@@ -23,6 +23,7 @@ struct BenchOptions {
   int decode_tokens = 32;
   int threads = 0;
   std::string device = "auto";
+  std::string kv_cache_dtype = "auto";
   double peak_gbs = 0.0;
   std::string quantize;
   std::string mmproj;  // --mmproj FILE: checked; bench runs the language model only
@@ -30,8 +31,8 @@ struct BenchOptions {
 
 // Bytes a decode step must read: every matmul weight once (quantized: codes,
 // scales and biases), one embedding row, and the K and V rows attended to at
-// position `pos` in every layer.
-double decode_bytes(const Model& m, int64_t pos) {
+// position `pos` in every layer (rows of `kv_dtype`).
+double decode_bytes(const Model& m, int64_t pos, DType kv_dtype) {
   const ModelSpec& s = m.spec;
   const Weights& w = m.weights;
   auto row = [](const WeightMatrix& x) { return double(x.nbytes()) / double(x.rows); };
@@ -45,7 +46,7 @@ double decode_bytes(const Model& m, int64_t pos) {
     const LayerSpec& ls = s.layer[size_t(l)];
     int64_t seen = pos + 1;
     if (ls.kind == AttentionKind::Sliding) seen = std::min(seen, s.sliding_window);
-    bytes += 2.0 * double(seen * ls.kv_dim()) * sizeof(float);
+    bytes += 2.0 * double(seen * ls.kv_dim()) * double(dtype_size(kv_dtype));
   }
   return bytes;
 }
@@ -54,6 +55,7 @@ int run_bench(const BenchOptions& o) {
   if (o.prompt_tokens < 1 || o.decode_tokens < 1)
     fail("--prompt-tokens and --tokens must be at least 1");
   const DeviceChoice device = resolve_device(o.device);
+  const DType kv_dtype = resolve_kv_dtype(o.kv_cache_dtype, device);
   ThreadPool pool(o.threads);
   // Measured before the model is touched, so its 1 GiB buffer is freed before
   // the weights become resident and stays out of the RSS figure below. On a
@@ -70,8 +72,8 @@ int run_bench(const BenchOptions& o) {
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(size_t(o.prompt_tokens));
   for (auto& id : prompt) id = int32_t(rng() % uint32_t(s.vocab));
-  SequenceRunner seq =
-      make_sequence_runner(device, *model, pool, o.prompt_tokens + o.decode_tokens + 2);
+  SequenceRunner seq = make_sequence_runner(
+      device, *model, pool, o.prompt_tokens + o.decode_tokens + 2, o.kv_cache_dtype);
   StepRunner& decoder = *seq.runner;
   KvPool& kv_pool = *seq.kv_pool;
   std::vector<float> logits(size_t(s.vocab));
@@ -91,7 +93,7 @@ int run_bench(const BenchOptions& o) {
   double bytes = 0.0;
   for (int i = 0; i < o.decode_tokens; ++i) {
     int32_t id = argmax(logits.data(), s.vocab);
-    bytes += decode_bytes(*model, kv.length);
+    bytes += decode_bytes(*model, kv.length, kv_dtype);
     run_sequence(decoder, &id, 1, kv, logits.data(), false);
   }
   const double t2 = now_seconds();
@@ -139,6 +141,7 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--tokens", o->decode_tokens, "Tokens to decode")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   add_device_option(cmd, o->device);
+  add_kv_cache_dtype_option(cmd, o->kv_cache_dtype);
   cmd->add_option("--peak-gbs", o->peak_gbs,
                   "Memory read bandwidth to compare with (default: measure it)");
   add_quantize_option(cmd, o->quantize);

@@ -50,11 +50,20 @@ void add_device_option(CLI::App* cmd, std::string& value) {
       ->capture_default_str();
 }
 
+void add_kv_cache_dtype_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--kv-cache-dtype", value,
+                  "Type of the KV cache rows: auto (bf16 on CUDA, f32 on the CPU), f32 or bf16 "
+                  "(CUDA only: half the bytes, so twice the tokens and faster attention)")
+      ->capture_default_str();
+}
+
 SequenceRunner make_sequence_runner(const DeviceChoice& device, const Model& model,
-                                    ThreadPool& pool, int64_t capacity) {
+                                    ThreadPool& pool, int64_t capacity,
+                                    const std::string& kv_cache_dtype) {
   SequenceRunner r;
-  r.kv_pool = std::make_unique<KvPool>(single_sequence_pool(
-      model.spec, capacity, Decoder::kDefaultStepTokens, kv_host_storage(device)));
+  r.kv_pool = std::make_unique<KvPool>(
+      single_sequence_pool(model.spec, capacity, Decoder::kDefaultStepTokens,
+                           kv_host_storage(device), resolve_kv_dtype(kv_cache_dtype, device)));
   r.runner = make_step_runner(device, model, pool, *r.kv_pool, Decoder::kDefaultStepTokens);
   return r;
 }

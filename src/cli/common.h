@@ -26,6 +26,9 @@ std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOpti
 void add_quantize_option(CLI::App* cmd, std::string& value);
 // Registers --device auto|cpu|cuda[:N] (default auto; resolve_device reads it).
 void add_device_option(CLI::App* cmd, std::string& value);
+// Registers --kv-cache-dtype auto|f32|bf16 (default auto; resolve_kv_dtype
+// reads it).
+void add_kv_cache_dtype_option(CLI::App* cmd, std::string& value);
 // Registers --mmproj FILE (a llama.cpp mmproj GGUF: the vision tower images
 // use, Model::mmproj) on a command that loads a model.
 void add_mmproj_option(CLI::App* cmd, std::string& value);
@@ -36,14 +39,16 @@ void check_mmproj(const std::string& value);
 LoadOptions quantize_options(const std::string& value);
 
 // One sequence of up to `capacity` positions on `device`: its KV pool (block
-// ids only on a GPU) and the StepRunner over it (steps of
-// Decoder::kDefaultStepTokens), for run_sequence.
+// ids only on a GPU, rows of resolve_kv_dtype(kv_cache_dtype)) and the
+// StepRunner over it (steps of Decoder::kDefaultStepTokens), for
+// run_sequence.
 struct SequenceRunner {
   std::unique_ptr<KvPool> kv_pool;
   std::unique_ptr<StepRunner> runner;  // declared last: destroyed before its pool
 };
 SequenceRunner make_sequence_runner(const DeviceChoice& device, const Model& model,
-                                    ThreadPool& pool, int64_t capacity);
+                                    ThreadPool& pool, int64_t capacity,
+                                    const std::string& kv_cache_dtype = "auto");
 
 // Bytes of the weights the model reads (mapped and converted), and a short
 // description of their storage ("BF16", "affine 4-bit, group 64", "mixed").

@@ -83,6 +83,18 @@ DeviceChoice resolve_device(const std::string& flag) {
 #endif
 }
 
+DType resolve_kv_dtype(const std::string& flag, const DeviceChoice& device) {
+  if (flag == "auto") return device.cuda ? DType::BF16 : DType::F32;
+  if (flag == "f32") return DType::F32;
+  if (flag == "bf16") {
+    if (!device.cuda)
+      fail("--kv-cache-dtype bf16: the CPU keeps f32 KV rows; use f32 or auto with --device %s",
+           device.name().c_str());
+    return DType::BF16;
+  }
+  fail("--kv-cache-dtype: '%s' is not a KV row type; use auto, f32 or bf16", flag.c_str());
+}
+
 std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const Model& model,
                                              ThreadPool& pool, KvPool& kv_pool,
                                              int64_t max_step_tokens) {

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace tandem {
 
 struct Model;
@@ -40,6 +42,12 @@ std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const M
 inline bool kv_host_storage(const DeviceChoice& device) {
   return !device.cuda;
 }
+// --kv-cache-dtype checked against `device`: "auto" is BF16 on CUDA (half
+// the KV bytes each decode step reads, as vLLM and llama.cpp keep by
+// default) and F32 on the CPU; "f32" and "bf16" ask for one. Error naming
+// the flag for any other value, and for bf16 on the CPU (its decoder keeps
+// f32 rows).
+DType resolve_kv_dtype(const std::string& flag, const DeviceChoice& device);
 
 // A CUDA device: its name, its memory now (cudaMemGetInfo) and its nominal
 // memory bandwidth. Error for the CPU or without the CUDA backend.

@@ -188,11 +188,12 @@ struct Engine::Impl {
         has_sliding ? config.max_concurrent *
                           KvPool::sliding_blocks_per_sequence(spec, config.step_token_budget)
                     : 0;
+    const DType kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, config.device);
     const size_t sliding_bytes =
-        size_t(sliding_blocks) * KvPool::block_bytes(spec, AttentionKind::Sliding);
+        size_t(sliding_blocks) * KvPool::block_bytes(spec, AttentionKind::Sliding, kv_dtype);
     size_t budget = config.kv_memory;
     const int64_t ctx_blocks = (ctx + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
-    const size_t full_block = KvPool::block_bytes(spec, AttentionKind::Full);
+    const size_t full_block = KvPool::block_bytes(spec, AttentionKind::Full, kv_dtype);
     // What every running request at full context needs: more is never used.
     const size_t wanted = sliding_bytes + size_t(config.max_concurrent * ctx_blocks) * full_block;
     // On a GPU the cache takes what the memory fraction leaves (default
@@ -221,8 +222,8 @@ struct Engine::Impl {
       ctx = std::min(ctx, full_blocks * KvPool::kBlockSize);  // one sequence must always fit
     }
     max_context = ctx;
-    kv_pool =
-        std::make_unique<KvPool>(spec, full_blocks, sliding_blocks, kv_host_storage(config.device));
+    kv_pool = std::make_unique<KvPool>(spec, full_blocks, sliding_blocks,
+                                       kv_host_storage(config.device), kv_dtype);
     // A bidirectional image run must sit in one step, so a step may exceed
     // the budget by one image.
     const int64_t image_run =
@@ -231,6 +232,7 @@ struct Engine::Impl {
         make_step_runner(config.device, m, pool, *kv_pool, config.step_token_budget + image_run);
     snapshot.device = config.device.name();
     config.vision_budget = std::max<int64_t>(1, config.vision_budget);
+    snapshot.kv_cache_dtype = kv_dtype == DType::BF16 ? "bf16" : "f32";
     snapshot.kv_blocks_total =
         kv_pool->total(AttentionKind::Full) + kv_pool->total(AttentionKind::Sliding);
     engine_thread = std::thread([this] { loop(); });

@@ -133,6 +133,9 @@ struct EngineConfig {
   // fraction of the device's memory (kv_bytes_from_fraction), up to what
   // max_concurrent full contexts need. 0: the default, 0.9.
   double gpu_memory_fraction = 0;
+  // The KV rows' type, as --kv-cache-dtype (resolve_kv_dtype): "auto" is
+  // bf16 on CUDA, f32 on the CPU.
+  std::string kv_cache_dtype = "auto";
   int64_t step_token_budget = 256;  // tokens per step (decode tokens + prefill chunks)
   double default_timeout_s = 600;   // per-request deadline unless the request sets one
   double step_timeout_s = 60;       // watchdog: a step longer than this fails its requests
@@ -168,6 +171,7 @@ struct EngineStatus {
   double prompt_tps = 0;
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
+  std::string kv_cache_dtype = "f32";  // the KV rows' type: "f32" or "bf16"
   // The lanes: requests accepted on each, and the vision encoder's work.
   uint64_t text_lane_requests = 0;
   uint64_t vision_lane_requests = 0;

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/quant.h"
 
@@ -226,6 +227,14 @@ void Decoder::attention_block(int64_t layer, std::span<const SeqStep> batch, int
       const int64_t row = pos % KvPool::kBlockSize;
       std::memcpy(kv_pool_.keys(layer, block) + row * KV, k_.data() + t * KV, sizeof(float) * KV);
       std::memcpy(kv_pool_.values(layer, block) + row * KV, v_.data() + t * KV, sizeof(float) * KV);
+      if (round_kv_bf16_) {
+        float* kr = kv_pool_.keys(layer, block) + row * KV;
+        float* vr = kv_pool_.values(layer, block) + row * KV;
+        for (int64_t j = 0; j < KV; ++j) {
+          kr[j] = bf16_to_f32(f32_to_bf16(kr[j]));
+          vr[j] = bf16_to_f32(f32_to_bf16(vr[j]));
+        }
+      }
     }
     p.blocks = ls.kind == AttentionKind::Full ? kv.full.data() : kv.sliding.data();
     p.first_block = ls.kind == AttentionKind::Full ? 0 : kv.sliding_first;
@@ -280,11 +289,11 @@ void Decoder::per_layer_block(int64_t layer, int64_t tokens) {
 }
 
 KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max_step_tokens,
-                            bool host_storage) {
+                            bool host_storage, DType row_dtype) {
   const int64_t full = (capacity + KvPool::kBlockSize - 1) / KvPool::kBlockSize;
   const int64_t sliding =
       std::min(full, KvPool::sliding_blocks_per_sequence(spec, max_step_tokens));
-  return KvPool(spec, full, sliding, host_storage);
+  return KvPool(spec, full, sliding, host_storage, row_dtype);
 }
 
 void run_sequence(StepRunner& decoder, const int32_t* ids, int64_t n, SequenceKv& kv, float* logits,

@@ -71,6 +71,12 @@ class Decoder : public StepRunner {
   // appends each sequence's tokens to its KV and advances kv->length.
   void step(std::span<const SeqStep> batch) override;
 
+  // Rounds every K and V row to bf16 values (nearest even) as it is written,
+  // still held as f32: the numerics of a runner that keeps bf16 rows
+  // (cuda::Decoder over a KvPool of BF16 rows), which its tests compare
+  // against. Off by default.
+  void round_kv_rows_to_bf16(bool on) { round_kv_bf16_ = on; }
+
  private:
   void per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens);
   void attention_block(int64_t layer, std::span<const SeqStep> batch, int64_t tokens);
@@ -81,6 +87,7 @@ class Decoder : public StepRunner {
   ThreadPool& pool_;
   KvPool& kv_pool_;
   int64_t max_step_tokens_;
+  bool round_kv_bf16_ = false;
   std::vector<RopeTable> rope_;  // [L]: per layer, since head dims differ (Gemma 4)
   // Scratch for max_step_tokens tokens (T); Dh and F are the largest of any layer.
   std::vector<float> h_;           // [T, D] residual stream
@@ -105,9 +112,10 @@ int64_t check_step(const ModelSpec& spec, std::span<const SeqStep> batch, int64_
                    bool samples_on_device = false);
 
 // A KV pool sized for one sequence of up to `capacity` positions (block ids
-// only, without host storage, when `host_storage` is false: a GPU runner's).
+// only, without host storage, when `host_storage` is false: a GPU runner's,
+// whose rows are `row_dtype`).
 KvPool single_sequence_pool(const ModelSpec& spec, int64_t capacity, int64_t max_step_tokens,
-                            bool host_storage = true);
+                            bool host_storage = true, DType row_dtype = DType::F32);
 
 // Feeds n tokens of one sequence in steps of at most max_step_tokens,
 // reserving KV blocks and trimming sliding blocks as it goes; logits as in

@@ -1,6 +1,7 @@
 #include "model/kv_pool.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
@@ -15,8 +16,14 @@ int64_t blocks_for(int64_t positions) {
 }  // namespace
 
 KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks,
-               bool host_storage)
-    : host_storage_(host_storage) {
+               bool host_storage, DType row_dtype)
+    : host_storage_(host_storage), row_dtype_(row_dtype) {
+  if (row_dtype != DType::F32 && row_dtype != DType::BF16)
+    fail("kv pool: rows of %s are not supported (--kv-cache-dtype takes f32 or bf16)",
+         std::string(dtype_name(row_dtype)).c_str());
+  if (host_storage && row_dtype != DType::F32)
+    fail("kv pool: the CPU decoder keeps f32 KV rows (--kv-cache-dtype %s needs --device cuda)",
+         row_dtype == DType::BF16 ? "bf16" : "?");
   const int64_t counts[2] = {spec.has_kind(AttentionKind::Full) ? full_blocks : 0,
                              spec.has_kind(AttentionKind::Sliding) ? sliding_blocks : 0};
   for (int k = 0; k < 2; ++k) {
@@ -46,12 +53,12 @@ int64_t KvPool::sliding_blocks_per_sequence(const ModelSpec& spec, int64_t max_s
   return blocks_for(spec.sliding_window + max_step_tokens - 1) + 1;
 }
 
-size_t KvPool::block_bytes(const ModelSpec& spec, AttentionKind kind) {
+size_t KvPool::block_bytes(const ModelSpec& spec, AttentionKind kind, DType row_dtype) {
   size_t bytes = 0;
   for (int64_t l = 0; l < spec.layers; ++l) {
     const LayerSpec& ls = spec.layer[size_t(l)];
     if (ls.kind == kind && ls.kv_source == l)
-      bytes += 2 * size_t(kBlockSize * ls.kv_dim()) * sizeof(float);
+      bytes += 2 * size_t(kBlockSize * ls.kv_dim()) * dtype_size(row_dtype);
   }
   return bytes;
 }

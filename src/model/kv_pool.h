@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/model.h"
 
 namespace tandem {
@@ -21,16 +22,22 @@ class KvPool {
 
   // `blocks[k]` blocks for attention kind k (indexed by AttentionKind). With
   // `host_storage` false the pool hands out block ids only: a GPU runner
-  // keeps the rows in device memory under the same ids and layout.
+  // keeps the rows in device memory under the same ids and layout, as
+  // `row_dtype` values (F32, or BF16: half the bytes, what vLLM and
+  // llama.cpp keep by default). Host rows are F32 only (the CPU decoder's);
+  // any other pairing is an Error naming --kv-cache-dtype.
   KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_blocks,
-         bool host_storage = true);
+         bool host_storage = true, DType row_dtype = DType::F32);
   bool has_host_storage() const { return host_storage_; }
+  DType row_dtype() const { return row_dtype_; }
 
   // Sliding blocks one sequence can hold at once when steps add at most
   // `max_step_tokens` tokens: the window, the step, and block rounding.
   static int64_t sliding_blocks_per_sequence(const ModelSpec& spec, int64_t max_step_tokens);
-  // Bytes of one block of a kind (all layers of that kind, K and V).
-  static size_t block_bytes(const ModelSpec& spec, AttentionKind kind);
+  // Bytes of one block of a kind (all layers of that kind, K and V) with
+  // rows of `row_dtype`.
+  static size_t block_bytes(const ModelSpec& spec, AttentionKind kind,
+                            DType row_dtype = DType::F32);
 
   int64_t total(AttentionKind kind) const { return int64_t(kinds_[int(kind)].total); }
   int64_t free_count(AttentionKind kind) const { return int64_t(kinds_[int(kind)].free.size()); }
@@ -69,6 +76,7 @@ class KvPool {
   Kind kinds_[2];
   std::vector<Layer> layers_;
   bool host_storage_ = true;
+  DType row_dtype_ = DType::F32;
 };
 
 // Where one sequence's keys and values live.

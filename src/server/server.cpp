@@ -300,6 +300,7 @@ struct Server::Impl {
               {"prompt_tps", st.prompt_tps},
               {"kv_blocks_used", st.kv_blocks_used},
               {"kv_blocks_total", st.kv_blocks_total},
+              {"kv_cache_dtype", e ? json(st.kv_cache_dtype) : json(nullptr)},
               {"text_lane_requests", st.text_lane_requests},
               {"vision_lane_requests", st.vision_lane_requests},
               {"vision_encoder_calls", st.vision_encoder_calls},

@@ -8,6 +8,9 @@
 // Tolerances: attention |gpu - cpu| ≤ 2e-5 + 2e-5·|cpu| (online vs two-pass
 // softmax); the prefill kernel ≤ 5e-5 + 5e-5·|cpu| (bf16 hi/lo products
 // carry 16 significant bits); RoPE ≤ 1e-5 · (|a| + |b|) (sincosf vs libm); KV write exact.
+// Every attention case runs over f32 rows and over bf16 ones (the reference
+// reads the same rounded values; same tolerances), and the KV write rounds
+// bf16 rows bit for bit as core/dtype.h does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "cuda_test_util.h"
 #include "model/rope.h"
@@ -75,82 +79,98 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
     for (int64_t t = 0; t < c.n; ++t)  // bidirectional: the first half sees the whole chunk
       key_end[size_t(t)] = c.bidirectional && t < c.n / 2 ? c.ctx : pos0 + t + 1;
 
-    cpu::AttentionParams cp;
-    cp.heads = c.heads;
-    cp.kv_heads = c.kv_heads;
-    cp.head_dim = c.head_dim;
-    cp.scale = 1.f / std::sqrt(float(c.head_dim));
-    cp.softcap = c.softcap;
-    cp.window = c.window;
-    cp.k_base = k.data();
-    cp.v_base = v.data();
-    cp.blocks = table.data();
-    cp.block_size = block_size;
-    cp.key_end = c.bidirectional ? key_end.data() : nullptr;
-    std::vector<float> want(size_t(c.n * q_dim));
-    cpu::attention(pool, q.data(), pos0, c.n, cp, want.data());
+    // Rows as f32, then as bf16 (the CPU reference reads the same rounded
+    // values, so the tolerances are the f32 ones).
+    for (const bool bf16 : {false, true}) {
+      const char* rows = bf16 ? " (bf16 rows)" : "";
+      std::vector<float> kc = k, vc = v;
+      std::vector<uint16_t> kb(k.size()), vb(v.size());
+      for (size_t i = 0; bf16 && i < k.size(); ++i) {
+        kb[i] = f32_to_bf16(k[i]);
+        vb[i] = f32_to_bf16(v[i]);
+        kc[i] = bf16_to_f32(kb[i]);
+        vc[i] = bf16_to_f32(vb[i]);
+      }
+      cpu::AttentionParams cp;
+      cp.heads = c.heads;
+      cp.kv_heads = c.kv_heads;
+      cp.head_dim = c.head_dim;
+      cp.scale = 1.f / std::sqrt(float(c.head_dim));
+      cp.softcap = c.softcap;
+      cp.window = c.window;
+      cp.k_base = kc.data();
+      cp.v_base = vc.data();
+      cp.blocks = table.data();
+      cp.block_size = block_size;
+      cp.key_end = c.bidirectional ? key_end.data() : nullptr;
+      std::vector<float> want(size_t(c.n * q_dim));
+      cpu::attention(pool, q.data(), pos0, c.n, cp, want.data());
 
-    std::vector<int64_t> positions(size_t(c.n));
-    for (int64_t t = 0; t < c.n; ++t) positions[size_t(t)] = pos0 + t;
-    const std::vector<int32_t> seq(size_t(c.n), 0), start = {0};
-    auto dk = upload(k), dv = upload(v), dq = upload(q), dt = upload(table), de = upload(key_end),
-         dp = upload(positions), ds = upload(seq), dst = upload(start);
-    cuda::StepLayout at;
-    at.positions = dp.as<int64_t>();
-    at.key_end = de.as<int64_t>();
-    at.seq = ds.as<int32_t>();
-    at.tables = dt.as<int32_t>();
-    at.table_start = dst.as<int32_t>();
-    cuda::PagedAttention base;
-    base.heads = c.heads;
-    base.kv_heads = c.kv_heads;
-    base.head_dim = c.head_dim;
-    base.scale = cp.scale;
-    base.softcap = c.softcap;
-    base.window = c.window;
-    base.k_base = dk.as<float>();
-    base.v_base = dv.as<float>();
-    base.block_size = block_size;
-    for (int splits : {1, 3, 7, 45, 128}) {
+      std::vector<int64_t> positions(size_t(c.n));
+      for (int64_t t = 0; t < c.n; ++t) positions[size_t(t)] = pos0 + t;
+      const std::vector<int32_t> seq(size_t(c.n), 0), start = {0};
+      auto dk = bf16 ? upload(kb) : upload(kc), dv = bf16 ? upload(vb) : upload(vc), dq = upload(q),
+           dt = upload(table), de = upload(key_end), dp = upload(positions), ds = upload(seq),
+           dst = upload(start);
+      cuda::StepLayout at;
+      at.positions = dp.as<int64_t>();
+      at.key_end = de.as<int64_t>();
+      at.seq = ds.as<int32_t>();
+      at.tables = dt.as<int32_t>();
+      at.table_start = dst.as<int32_t>();
+      cuda::PagedAttention base;
+      base.heads = c.heads;
+      base.kv_heads = c.kv_heads;
+      base.head_dim = c.head_dim;
+      base.scale = cp.scale;
+      base.softcap = c.softcap;
+      base.window = c.window;
+      base.k_base = dk.get();
+      base.v_base = dv.get();
+      base.kv_bf16 = bf16;
+      base.block_size = block_size;
+      for (int splits : {1, 3, 7, 45, 128}) {
+        cuda::DeviceBuffer dout(want.size() * sizeof(float));
+        cuda::DeviceBuffer partial(
+            std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, c.head_dim, splits)) *
+            sizeof(float));
+        cuda::PagedAttention gp = base;
+        gp.splits = splits;
+        gp.partial = partial.as<float>();
+        cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr);
+        const auto got = download<float>(dout, want.size());
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+          if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 2e-5 * std::fabs(want[i])) && bad++ < 3)
+            ADD_FAILURE() << "H" << c.heads << " K" << c.kv_heads << " Dh" << c.head_dim << " ctx "
+                          << c.ctx << " splits " << splits << rows << " [" << i << "] gpu "
+                          << got[i] << " cpu " << want[i];
+        EXPECT_EQ(bad, 0u) << "head_dim " << c.head_dim << " splits " << splits << rows;
+      }
+      // The tensor-core prefill kernel, where it takes this head dim.
+      if (!cuda::attention_prefill_supported(c.head_dim, 0)) continue;
+      const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(seq.data(), c.n);
+      auto dtiles = upload(tiles);
       cuda::DeviceBuffer dout(want.size() * sizeof(float));
-      cuda::DeviceBuffer partial(
-          std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, c.head_dim, splits)) *
-          sizeof(float));
-      cuda::PagedAttention gp = base;
-      gp.splits = splits;
-      gp.partial = partial.as<float>();
-      cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr);
+      cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), int64_t(tiles.size() / 2),
+                              base, dout.as<float>(), nullptr);
       const auto got = download<float>(dout, want.size());
       size_t bad = 0;
-      for (size_t i = 0; i < got.size(); ++i)
-        if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 2e-5 * std::fabs(want[i])) && bad++ < 3)
-          ADD_FAILURE() << "H" << c.heads << " K" << c.kv_heads << " Dh" << c.head_dim << " ctx "
-                        << c.ctx << " splits " << splits << " [" << i << "] gpu " << got[i]
-                        << " cpu " << want[i];
-      EXPECT_EQ(bad, 0u) << "head_dim " << c.head_dim << " splits " << splits;
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
+        worst = std::max(worst, std::isnan(err) ? 1e30 : err);
+        if (!(std::fabs(got[i] - want[i]) <= 5e-5 + 5e-5 * std::fabs(want[i])) && bad++ < 3)
+          ADD_FAILURE() << "prefill kernel H" << c.heads << " K" << c.kv_heads << " Dh"
+                        << c.head_dim << " ctx " << c.ctx << " n " << c.n << rows << " [" << i
+                        << "] gpu " << got[i] << " cpu " << want[i];
+      }
+      std::printf(
+          "[prefill attention] H%lld K%lld Dh%lld n %lld%s: max |gpu - cpu| / (1 + |cpu|) = %.2e\n",
+          (long long)c.heads, (long long)c.kv_heads, (long long)c.head_dim, (long long)c.n, rows,
+          worst);
+      EXPECT_EQ(bad, 0u) << "prefill kernel, head_dim " << c.head_dim << rows;
     }
-    // The tensor-core prefill kernel, where it takes this head dim.
-    if (!cuda::attention_prefill_supported(c.head_dim, 0)) continue;
-    const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(seq.data(), c.n);
-    auto dtiles = upload(tiles);
-    cuda::DeviceBuffer dout(want.size() * sizeof(float));
-    cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), int64_t(tiles.size() / 2),
-                            base, dout.as<float>(), nullptr);
-    const auto got = download<float>(dout, want.size());
-    size_t bad = 0;
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
-      worst = std::max(worst, std::isnan(err) ? 1e30 : err);
-      if (!(std::fabs(got[i] - want[i]) <= 5e-5 + 5e-5 * std::fabs(want[i])) && bad++ < 3)
-        ADD_FAILURE() << "prefill kernel H" << c.heads << " K" << c.kv_heads << " Dh" << c.head_dim
-                      << " ctx " << c.ctx << " n " << c.n << " [" << i << "] gpu " << got[i]
-                      << " cpu " << want[i];
-    }
-    std::printf(
-        "[prefill attention] H%lld K%lld Dh%lld n %lld: max |gpu - cpu| / (1 + |cpu|) = %.2e\n",
-        (long long)c.heads, (long long)c.kv_heads, (long long)c.head_dim, (long long)c.n, worst);
-    EXPECT_EQ(bad, 0u) << "prefill kernel, head_dim " << c.head_dim;
   }
 }
 
@@ -194,13 +214,20 @@ TEST_F(CudaAttention, KvWriteFillsThePagedRows) {
   at.seq = ds.as<int32_t>();
   at.tables = dt.as<int32_t>();
   at.table_start = dst.as<int32_t>();
-  cuda::kv_write(dr.as<float>(), n, kv_dim, base.as<float>(), block_size, at, nullptr);
+  cuda::kv_write(dr.as<float>(), n, kv_dim, base.get(), false, block_size, at, nullptr);
   const auto got = download<float>(base, size_t(5 * block_size * kv_dim));
+  // bf16 rows: the same places, rounded as core/dtype.h rounds.
+  cuda::DeviceBuffer base16(size_t(5 * block_size * kv_dim) * sizeof(uint16_t));
+  cudaMemset(base16.get(), 0, base16.bytes());
+  cuda::kv_write(dr.as<float>(), n, kv_dim, base16.get(), true, block_size, at, nullptr);
+  const auto got16 = download<uint16_t>(base16, size_t(5 * block_size * kv_dim));
   for (int64_t t = 0; t < n; ++t) {
     const int64_t pos = pos0 + t;
-    const float* dst =
-        got.data() + (table[size_t(pos / block_size)] * block_size + pos % block_size) * kv_dim;
-    for (int64_t i = 0; i < kv_dim; ++i) ASSERT_EQ(dst[i], rows[size_t(t * kv_dim + i)]);
+    const int64_t row = (table[size_t(pos / block_size)] * block_size + pos % block_size) * kv_dim;
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      ASSERT_EQ(got[size_t(row + i)], rows[size_t(t * kv_dim + i)]);
+      ASSERT_EQ(got16[size_t(row + i)], f32_to_bf16(rows[size_t(t * kv_dim + i)]));
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launch.h"
 
 namespace tandem::cuda {
@@ -43,7 +44,8 @@ constexpr int kThreads = 128;  // per attention block
 __host__ __device__ constexpr int tile_keys(int64_t head_dim) {
   return head_dim <= 128 ? 32 : head_dim <= 256 ? 16 : 8;
 }
-// 16-byte loads per thread for one of a tile's K or V (vector path).
+// Four-value loads per thread for one of a tile's K or V (vector path):
+// 16 bytes each over f32 rows, 8 over bf16 ones.
 constexpr int kTileLoads = 4096 / 4 / kThreads;
 
 // One block of 128 threads per (token, kv head, split, head group): the
@@ -62,12 +64,14 @@ constexpr int kTileLoads = 4096 / 4 / kThreads;
 //     registers: acc = acc · correction + Σ_key w · v.
 // Index math inside the block is 32-bit (64-bit division is emulated and
 // was once this kernel's largest cost). The result is final (splits == 1)
-// or a partial (m, l, unnormalized o) for attention_combine_kernel.
+// or a partial (m, l, unnormalized o) for attention_combine_kernel. BF16:
+// the rows are bf16 (p.kv_bf16), widened to f32 on their way to shared
+// memory, so every product is the f32 one over the stored values.
 //
 // (A version that copies the tiles with cp.async into double buffers and
 // splits each score over several lanes for large head dims is the next
 // step; it was written but could not yet be run on a GPU.)
-template <int OPT>
+template <int OPT, bool BF16>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
                      float* __restrict__ out) {
@@ -134,18 +138,19 @@ __global__ void __launch_bounds__(kThreads)
     piece_col[u] = vec4 ? i % per_row : 0;
   }
 
-  // Registers for the next tile (vector path).
-  float4 kr[kTileLoads], vr[kTileLoads];
+  // Registers for the next tile (vector path), as stored.
+  using Raw = typename KvRaw4<BF16>::type;
+  Raw kr[kTileLoads], vr[kTileLoads];
   auto load_tile = [&](int64_t base) {
     const int n = int(end - base < tile ? end - base : tile);
 #pragma unroll
     for (int u = 0; u < kTileLoads; ++u) {
       const int key = piece_key[u];
-      kr[u] = vr[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      kr[u] = vr[u] = kv_zero4<BF16>();
       if (key < n) {
         const int64_t off = row(base + key) + 4 * piece_col[u];
-        kr[u] = *reinterpret_cast<const float4*>(p.k_base + off);
-        vr[u] = *reinterpret_cast<const float4*>(p.v_base + off);
+        kr[u] = kv_load4<BF16>(p.k_base, off);
+        vr[u] = kv_load4<BF16>(p.v_base, off);
       }
     }
   };
@@ -161,8 +166,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kTileLoads; ++u) {
         const int i = threadIdx.x + u * kThreads;
         if (i < tile * per_row) {
-          reinterpret_cast<float4*>(ks)[i] = kr[u];
-          reinterpret_cast<float4*>(vs)[i] = vr[u];
+          reinterpret_cast<float4*>(ks)[i] = kv_widen(kr[u]);
+          reinterpret_cast<float4*>(vs)[i] = kv_widen(vr[u]);
         }
       }
       if (base + tile < end) load_tile(base + tile);
@@ -170,8 +175,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = threadIdx.x; i < tile * Dh; i += kThreads) {
         const int key = i / Dh, d = i % Dh;
         const int64_t off = key < n ? row(base + key) : -1;
-        ks[i] = off >= 0 ? p.k_base[off + d] : 0.f;
-        vs[i] = off >= 0 ? p.v_base[off + d] : 0.f;
+        ks[i] = off >= 0 ? kv_load<BF16>(p.k_base, off + d) : 0.f;
+        vs[i] = off >= 0 ? kv_load<BF16>(p.v_base, off + d) : 0.f;
       }
     }
     __syncthreads();
@@ -370,36 +375,39 @@ __global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, Qk
     }
     __syncthreads();
   }
-  float* dst;
-  float scale = 1.f;
   if (kind == 0) {
-    dst = p.q_out + t * Q + head * Dh;
+    float* dst = p.q_out + t * Q + head * Dh;
+    float scale = 1.f;
     if (p.temp_beta != 0.f)
       scale = 1.0f + p.temp_beta * logf(1.0f + floorf(float(pos) / p.temp_base));
-  } else {
-    dst = (kind == 1 ? p.k_cache : p.v_cache) + kv_offset(at, t, pos, p.block_size, KV) + head * Dh;
+    for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) dst[d] = buf[d] * scale;
+    return;
   }
-  for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) dst[d] = buf[d] * scale;
+  void* rows = kind == 1 ? p.k_cache : p.v_cache;
+  const int64_t at_row = kv_offset(at, t, pos, p.block_size, KV) + head * Dh;
+  for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x)
+    kv_store(rows, at_row + d, buf[d], p.kv_bf16);
 }
 
-__global__ void kv_write_kernel(const float* __restrict__ rows, int64_t kv_dim,
-                                float* __restrict__ base, int64_t block_size, StepLayout at) {
+__global__ void kv_write_kernel(const float* __restrict__ rows, int64_t kv_dim, void* base,
+                                bool bf16, int64_t block_size, StepLayout at) {
   pdl_launch_dependents();
   pdl_wait();
   const int64_t t = blockIdx.x;
-  float* dst = base + kv_offset(at, t, at.positions[t], block_size, kv_dim);
-  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) dst[i] = rows[t * kv_dim + i];
+  const int64_t dst = kv_offset(at, t, at.positions[t], block_size, kv_dim);
+  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x)
+    kv_store(base, dst + i, rows[t * kv_dim + i], bf16);
 }
 
-template <int OPT>
-void launch_attention(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
-                      float* out, cudaStream_t stream) {
+template <int OPT, bool BF16>
+void launch_attention_typed(dim3 grid, const float* q, const StepLayout& at,
+                            const PagedAttention& p, float* out, cudaStream_t stream) {
   const int64_t group = p.heads / p.kv_heads, G = (group + grid.z - 1) / grid.z, Dh = p.head_dim,
                 tile = tile_keys(Dh);
   const size_t smem = size_t(G * Dh + 2 * tile * Dh + G * tile + 3 * G) * sizeof(float);
   static bool raised = false;  // once per instantiation: allow up to 96 KiB
   if (!raised) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<OPT>,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<OPT, BF16>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, 96 << 10));
     raised = true;
   }
@@ -408,7 +416,16 @@ void launch_attention(dim3 grid, const float* q, const StepLayout& at, const Pag
         "attention_paged: %zu bytes of shared memory for %lld heads of dim %lld per kv head "
         "(at most 96 KiB)",
         smem, (long long)G, (long long)Dh);
-  launch(attention_kernel<OPT>, grid, kThreads, smem, stream, q, at, p, out);
+  launch(attention_kernel<OPT, BF16>, grid, kThreads, smem, stream, q, at, p, out);
+}
+
+template <int OPT>
+void launch_attention(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
+                      float* out, cudaStream_t stream) {
+  if (p.kv_bf16)
+    launch_attention_typed<OPT, true>(grid, q, at, p, out, stream);
+  else
+    launch_attention_typed<OPT, false>(grid, q, at, p, out, stream);
 }
 
 // The most splits attention_splits hands out: 64 unless
@@ -506,10 +523,10 @@ void rope_rotate_half(float* x, int64_t n, int64_t heads, int64_t head_dim,
   CUDA_CHECK(cudaGetLastError());
 }
 
-void kv_write(const float* rows, int64_t n, int64_t kv_dim, float* base, int64_t block_size,
-              const StepLayout& at, cudaStream_t stream) {
+void kv_write(const float* rows, int64_t n, int64_t kv_dim, void* base, bool bf16,
+              int64_t block_size, const StepLayout& at, cudaStream_t stream) {
   if (n <= 0) return;
-  launch(kv_write_kernel, unsigned(n), 128, 0, stream, rows, kv_dim, base, block_size, at);
+  launch(kv_write_kernel, unsigned(n), 128, 0, stream, rows, kv_dim, base, bf16, block_size, at);
   CUDA_CHECK(cudaGetLastError());
 }
 

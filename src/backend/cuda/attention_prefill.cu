@@ -6,14 +6,17 @@
 //
 // One block of 4 warps per (query tile of up to 64 tokens of one sequence,
 // query head, chunk of DV output dims); each warp owns 16 query rows. Key
-// tiles of 32 rows are read from the f32 paged cache into shared memory as
-// bf16 hi + lo parts (x = hi + lo to 16 significant bits, as the GEMMs'
-// activations), V transposed. Scores and outputs are mma.sync m16n8k16 bf16
-// products with f32 accumulation, three per product (hi·hi + hi·lo +
-// lo·hi), so the result keeps close to f32 accuracy: the CPU backend and
-// the decode kernel are the reference. The softmax is online, in registers
-// (the score accumulators become the P·V A operand without a trip through
-// shared memory).
+// tiles of 32 rows go to shared memory as rows of keys: over bf16 rows (the
+// default on CUDA) as stored, copied with cp.async one tile ahead of the
+// one being computed; over f32 rows as bf16 hi + lo parts (x = hi + lo to
+// 16 significant bits, as the GEMMs' activations), one tile at a time.
+// Scores and outputs are mma.sync m16n8k16 bf16 products with f32
+// accumulation, the B fragments read with ldmatrix (V's transposed), three
+// products per product (hi·hi + hi·lo + lo·hi; two over bf16 rows, whose lo
+// part is zero), so the result keeps close to f32 accuracy over the stored
+// rows: the CPU backend and the decode kernel are the reference. The
+// softmax is online, in registers (the score accumulators become the P·V A
+// operand without a trip through shared memory).
 #include <cfloat>
 #include <cstdint>
 
@@ -64,55 +67,173 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
 #endif
 }
 
-// hi·hi + hi·lo + lo·hi (lo·lo is below f32 rounding).
-__device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ahi)[4],
-                                     const uint32_t (&alo)[4], uint32_t bhi0, uint32_t bhi1,
-                                     uint32_t blo0, uint32_t blo1) {
-  mma(d, ahi, bhi0, bhi1);
-  mma(d, ahi, blo0, blo1);
-  mma(d, alo, bhi0, bhi1);
+// d += a · b as parts: hi·hi + hi·lo + lo·hi (lo·lo is below f32
+// rounding); B_EXACT: b is a bf16 value (its lo part is zero), so hi·hi +
+// lo·hi.
+template <bool B_EXACT>
+__device__ __forceinline__ void mma_parts(float (&d)[4], const uint32_t (&ahi)[4],
+                                          const uint32_t (&alo)[4], uint32_t bh0, uint32_t bh1,
+                                          uint32_t bl0, uint32_t bl1) {
+  mma(d, ahi, bh0, bh1);
+  if constexpr (!B_EXACT) mma(d, ahi, bl0, bl1);
+  mma(d, alo, bh0, bh1);
 }
 
+// Four 8x8 b16 matrices from shared memory, lane l giving the address of
+// row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); lane t receives
+// row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1 of each (transposed: rows
+// 2 (t % 4), 2 (t % 4) + 1 of column t / 4) — an mma B fragment each.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#endif
+}
+
+// 16 bytes global -> shared without passing through registers; zeros when
+// !valid (nothing is read then).
+__device__ __forceinline__ void cp_async16(uint16_t* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src),
+               "r"(valid ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Shared memory: q·scale as hi/lo parts, and two K and two V tile buffers,
+// rows of keys (K: [kKeys][Dh + kPad], V: [kKeys][DV + kPad]). Over f32
+// rows they are one tile's hi and lo parts, filled synchronously; over bf16
+// rows two stages of the stored values (no lo part), the next tile copied
+// in (cp.async) while the current one is computed.
 struct Smem {
   uint16_t *q_hi, *q_lo;  // [kRows][Dh + kPad]
-  uint16_t *k_hi, *k_lo;  // [kKeys][Dh + kPad]
-  uint16_t *v_hi, *v_lo;  // [DV][kKeys + kPad], transposed
+  uint16_t* k[2];         // k[1] = k[0] + kKeys · (Dh + kPad)
+  uint16_t* v[2];         // v[1] = v[0] + kKeys · (DV + kPad)
   int *row_lo, *row_hi;   // [kRows]: each query row's key range
   int* range;             // [2]: the block's key range
 };
 
 __host__ __device__ inline size_t smem_bytes(int head_dim, int dv) {
-  const size_t pitch = size_t(head_dim + kPad);
-  return 2 * 2 * (size_t(kRows) * pitch + size_t(kKeys) * pitch + size_t(dv) * (kKeys + kPad)) +
-         (2 * kRows + 2) * sizeof(int);
+  const size_t kp = size_t(head_dim + kPad), vp = size_t(dv + kPad);
+  return 2 * (2 * kRows * kp + 2 * kKeys * kp + 2 * kKeys * vp) + (2 * kRows + 2) * sizeof(int);
 }
 
 __device__ inline Smem carve(void* base, int head_dim, int dv) {
   Smem s;
-  const int pitch = head_dim + kPad;
+  const int kp = head_dim + kPad, vp = dv + kPad;
   uint16_t* p = static_cast<uint16_t*>(base);
   s.q_hi = p;
-  s.q_lo = s.q_hi + kRows * pitch;
-  s.k_hi = s.q_lo + kRows * pitch;
-  s.k_lo = s.k_hi + kKeys * pitch;
-  s.v_hi = s.k_lo + kKeys * pitch;
-  s.v_lo = s.v_hi + dv * (kKeys + kPad);
-  s.row_lo = reinterpret_cast<int*>(s.v_lo + dv * (kKeys + kPad));
+  s.q_lo = s.q_hi + kRows * kp;
+  s.k[0] = s.q_lo + kRows * kp;
+  s.k[1] = s.k[0] + kKeys * kp;
+  s.v[0] = s.k[1] + kKeys * kp;
+  s.v[1] = s.v[0] + kKeys * vp;
+  s.row_lo = reinterpret_cast<int*>(s.v[1] + kKeys * vp);
   s.row_hi = s.row_lo + kRows;
   s.range = s.row_hi + kRows;
   return s;
 }
 
-// grid: (tiles, heads, head_dim / DV rounded up). tiles[2i], tiles[2i + 1]:
-// the first and one-past-last step token of tile i.
+// Where a key tile's rows are: the sequence's block table (indexed by
+// position / block_size), the layer's row layout, and the block's key range
+// (keys outside it are never read).
+struct TileRows {
+  const int32_t* table;
+  int shift, kv_dim, head_offset, range_lo, key_hi;
+  __device__ __forceinline__ bool has(int key) const { return key >= range_lo && key < key_hi; }
+  // Key j's row for this kv head, in values.
+  __device__ __forceinline__ size_t row(int j) const {
+    return (size_t(uint32_t(table[j >> shift])) << shift | size_t(j & ((1 << shift) - 1))) *
+               size_t(kv_dim) +
+           size_t(head_offset);
+  }
+};
+
+// bf16 rows: keys [kb, kb + 32) into stage `st` as they are stored, 16 bytes
+// per copy (zeros outside the range and past the head dim), as one cp.async
+// group.
 template <int DV>
+__device__ __forceinline__ void fill_async(const TileRows& r, const PagedAttention& p,
+                                           const Smem& sm, int Dh, int d0, int kb, int st) {
+  const int kp = Dh + kPad, vp = DV + kPad;
+  const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
+  const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
+  for (int i = threadIdx.x; i < kKeys * (Dh / 8); i += kWarps * 32) {
+    const int key = i / (Dh / 8), c = 8 * (i % (Dh / 8));
+    const bool ok = r.has(kb + key);
+    cp_async16(sm.k[0] + (st * kKeys + key) * kp + c, ok ? kbase + r.row(kb + key) + c : kbase, ok);
+  }
+  for (int i = threadIdx.x; i < kKeys * (DV / 8); i += kWarps * 32) {
+    const int key = i / (DV / 8), c = 8 * (i % (DV / 8));
+    const bool ok = r.has(kb + key) && d0 + c < Dh;
+    cp_async16(sm.v[0] + (st * kKeys + key) * vp + c, ok ? vbase + r.row(kb + key) + d0 + c : vbase,
+               ok);
+  }
+  cp_async_commit();
+}
+
+// f32 rows: keys [kb, kb + 32) as hi (buffer 0) and lo (buffer 1) parts.
+template <int DV>
+__device__ __forceinline__ void fill_split(const TileRows& r, const PagedAttention& p,
+                                           const Smem& sm, int Dh, int d0, int kb) {
+  const int kp = Dh + kPad, vp = DV + kPad;
+  const float* kbase = static_cast<const float*>(p.k_base);
+  const float* vbase = static_cast<const float*>(p.v_base);
+  auto put = [](uint16_t* hi, uint16_t* lo, float4 v) {
+    uint32_t h01, l01, h23, l23;
+    split2(v.x, v.y, h01, l01);
+    split2(v.z, v.w, h23, l23);
+    *reinterpret_cast<uint2*>(hi) = make_uint2(h01, h23);
+    *reinterpret_cast<uint2*>(lo) = make_uint2(l01, l23);
+  };
+  for (int i = threadIdx.x; i < kKeys * (Dh / 4); i += kWarps * 32) {
+    const int key = i / (Dh / 4), c = 4 * (i % (Dh / 4));
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r.has(kb + key)) v = *reinterpret_cast<const float4*>(kbase + r.row(kb + key) + c);
+    put(sm.k[0] + key * kp + c, sm.k[1] + key * kp + c, v);
+  }
+  for (int i = threadIdx.x; i < kKeys * (DV / 4); i += kWarps * 32) {
+    const int key = i / (DV / 4), c = 4 * (i % (DV / 4));
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r.has(kb + key) && d0 + c < Dh)
+      v = *reinterpret_cast<const float4*>(vbase + r.row(kb + key) + d0 + c);
+    put(sm.v[0] + key * vp + c, sm.v[1] + key * vp + c, v);
+  }
+}
+
+// grid: (tiles, heads, head_dim / DV rounded up). tiles[2i], tiles[2i + 1]:
+// the first and one-past-last step token of tile i. BF16: the rows are bf16
+// (p.kv_bf16).
+template <int DV, bool BF16>
 __global__ void __launch_bounds__(kWarps * 32)
     prefill_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
                              const int32_t* __restrict__ tiles, float* __restrict__ out) {
   extern __shared__ __align__(16) uint8_t shared_raw[];
   pdl_launch_dependents();
   pdl_wait();
-  const int Dh = int(p.head_dim), pitch = Dh + kPad;
+  const int Dh = int(p.head_dim), kp = Dh + kPad, vp = DV + kPad;
   const Smem sm = carve(shared_raw, Dh, DV);
   const int t0 = tiles[2 * blockIdx.x], rows = tiles[2 * blockIdx.x + 1] - t0;
   const int h = int(blockIdx.y), kvh = h / int(p.heads / p.kv_heads);
@@ -147,8 +268,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (r < rows) v = *reinterpret_cast<const float2*>(q + size_t(t0 + r) * q_dim + h * Dh + c);
     uint32_t hi, lo;
     split2(v.x * p.scale, v.y * p.scale, hi, lo);
-    *reinterpret_cast<uint32_t*>(sm.q_hi + r * pitch + c) = hi;
-    *reinterpret_cast<uint32_t*>(sm.q_lo + r * pitch + c) = lo;
+    *reinterpret_cast<uint32_t*>(sm.q_hi + r * kp + c) = hi;
+    *reinterpret_cast<uint32_t*>(sm.q_lo + r * kp + c) = lo;
   }
   __syncthreads();
   // Tiles start at multiples of 32; keys below range_lo are never read (a
@@ -166,138 +287,144 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   // The sequence's blocks, indexed by position / block_size.
   const int sq = at.seq[t0];
-  const int32_t* table =
-      at.tables + at.table_start[sq] - (at.first_block ? int(at.first_block[sq]) : 0);
-  const int shift = p.block_shift, in_block = (1 << shift) - 1;
-  auto row_offset = [&](int j) {  // key j's row for this kv head, in floats
-    return (size_t(uint32_t(table[j >> shift])) << shift | size_t(j & in_block)) * kv_dim +
-           size_t(kvh) * Dh;
-  };
+  TileRows src;
+  src.table = at.tables + at.table_start[sq] - (at.first_block ? int(at.first_block[sq]) : 0);
+  src.shift = p.block_shift;
+  src.kv_dim = kv_dim;
+  src.head_offset = kvh * Dh;
+  src.range_lo = range_lo;
+  src.key_hi = key_hi;
 
   float o[DV / 8][4];
 #pragma unroll
   for (int n = 0; n < DV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // rows r0, r1 (this lane's part of l)
+  // ldmatrix row addresses: lane l reads row l % 8 of matrix l / 8.
+  const int mat = lane / 8, mrow = lane % 8;
 
+  int st = 0;  // bf16 rows: the stage holding the current tile
+  if constexpr (BF16)
+    if (key_lo < key_hi) fill_async<DV>(src, p, sm, Dh, d0, key_lo, 0);
   for (int kb = key_lo; kb < key_hi; kb += kKeys) {
-    __syncthreads();  // the previous tile is consumed
-    // K rows [kb, kb + 32) as hi/lo (zeros past the range).
-    for (int i = threadIdx.x; i < kKeys * (Dh / 4); i += kWarps * 32) {
-      const int key = i / (Dh / 4), c = 4 * (i % (Dh / 4));
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (kb + key >= range_lo && kb + key < key_hi)
-        v = *reinterpret_cast<const float4*>(p.k_base + row_offset(kb + key) + c);
-      uint32_t h01, l01, h23, l23;
-      split2(v.x, v.y, h01, l01);
-      split2(v.z, v.w, h23, l23);
-      *reinterpret_cast<uint2*>(sm.k_hi + key * pitch + c) = make_uint2(h01, h23);
-      *reinterpret_cast<uint2*>(sm.k_lo + key * pitch + c) = make_uint2(l01, l23);
-    }
-    // V rows, dims [d0, d0 + DV), transposed.
-    for (int i = threadIdx.x; i < kKeys * (DV / 4); i += kWarps * 32) {
-      const int key = i % kKeys, c = 4 * (i / kKeys);
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (kb + key >= range_lo && kb + key < key_hi && d0 + c < Dh)
-        v = *reinterpret_cast<const float4*>(p.v_base + row_offset(kb + key) + d0 + c);
-      const float vals[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        uint32_t hi, lo;
-        split(vals[e], hi, lo);
-        sm.v_hi[(c + e) * (kKeys + kPad) + key] = uint16_t(hi);
-        sm.v_lo[(c + e) * (kKeys + kPad) + key] = uint16_t(lo);
+    if constexpr (BF16) {
+      if (kb + kKeys < key_hi) {
+        fill_async<DV>(src, p, sm, Dh, d0, kb + kKeys, st ^ 1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
       }
+      __syncthreads();
+    } else {
+      __syncthreads();  // the previous tile is consumed
+      fill_split<DV>(src, p, sm, Dh, d0, kb);
+      __syncthreads();
     }
-    __syncthreads();
-    if (kb >= warp_hi || kb + kKeys <= warp_lo) continue;  // no key of this tile for these rows
-
-    // S = q · kᵀ for the warp's 16 rows and the tile's 32 keys (4 n-tiles).
-    float s[4][4];
+    // The tile's buffers: stored values (hi) and, over f32 rows, lo parts.
+    // (Stage st's buffers are found by offset: indexing sm.k[st] would put
+    // the struct in local memory.)
+    const uint16_t* kh = BF16 ? sm.k[0] + st * kKeys * kp : sm.k[0];
+    const uint16_t* kl = sm.k[1];
+    const uint16_t* vh = BF16 ? sm.v[0] + st * kKeys * vp : sm.v[0];
+    const uint16_t* vl = sm.v[1];
+    if (kb < warp_hi && kb + kKeys > warp_lo) {  // some key of this tile for these rows
+      // S = q · kᵀ for the warp's 16 rows and the tile's 32 keys (4 n-tiles;
+      // each ldmatrix_x4 gives two n-tiles' B fragments: keys + 8 · (mat / 2),
+      // dims + 8 · (mat % 2)).
+      float s[4][4];
 #pragma unroll
-    for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    const uint16_t* qh = sm.q_hi + (warp * 16 + g) * pitch + 2 * tq;
-    const uint16_t* ql = sm.q_lo + (warp * 16 + g) * pitch + 2 * tq;
-    for (int k = 0; k < Dh; k += 16) {
-      uint32_t ah[4], al[4];
-      ah[0] = *reinterpret_cast<const uint32_t*>(qh + k);
-      ah[1] = *reinterpret_cast<const uint32_t*>(qh + 8 * pitch + k);
-      ah[2] = *reinterpret_cast<const uint32_t*>(qh + k + 8);
-      ah[3] = *reinterpret_cast<const uint32_t*>(qh + 8 * pitch + k + 8);
-      al[0] = *reinterpret_cast<const uint32_t*>(ql + k);
-      al[1] = *reinterpret_cast<const uint32_t*>(ql + 8 * pitch + k);
-      al[2] = *reinterpret_cast<const uint32_t*>(ql + k + 8);
-      al[3] = *reinterpret_cast<const uint32_t*>(ql + 8 * pitch + k + 8);
+      for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      const uint16_t* qh = sm.q_hi + (warp * 16 + g) * kp + 2 * tq;
+      const uint16_t* ql = sm.q_lo + (warp * 16 + g) * kp + 2 * tq;
+      for (int k = 0; k < Dh; k += 16) {
+        uint32_t ah[4], al[4];
+        ah[0] = *reinterpret_cast<const uint32_t*>(qh + k);
+        ah[1] = *reinterpret_cast<const uint32_t*>(qh + 8 * kp + k);
+        ah[2] = *reinterpret_cast<const uint32_t*>(qh + k + 8);
+        ah[3] = *reinterpret_cast<const uint32_t*>(qh + 8 * kp + k + 8);
+        al[0] = *reinterpret_cast<const uint32_t*>(ql + k);
+        al[1] = *reinterpret_cast<const uint32_t*>(ql + 8 * kp + k);
+        al[2] = *reinterpret_cast<const uint32_t*>(ql + k + 8);
+        al[3] = *reinterpret_cast<const uint32_t*>(ql + 8 * kp + k + 8);
 #pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        const int key_row = (n * 8 + g) * pitch + k + 2 * tq;
-        mma3(s[n], ah, al, *reinterpret_cast<const uint32_t*>(sm.k_hi + key_row),
-             *reinterpret_cast<const uint32_t*>(sm.k_hi + key_row + 8),
-             *reinterpret_cast<const uint32_t*>(sm.k_lo + key_row),
-             *reinterpret_cast<const uint32_t*>(sm.k_lo + key_row + 8));
+        for (int np = 0; np < 2; ++np) {
+          const int at_row = (np * 16 + 8 * (mat / 2) + mrow) * kp + k + 8 * (mat % 2);
+          uint32_t bh[4], bl[4] = {0u, 0u, 0u, 0u};
+          ldmatrix_x4(bh, kh + at_row);
+          if constexpr (!BF16) ldmatrix_x4(bl, kl + at_row);
+          mma_parts<BF16>(s[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+          mma_parts<BF16>(s[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+        }
       }
-    }
-    // Soft-cap, mask, and the online softmax of rows r0 (s[n][0..1]) and r1
-    // (s[n][2..3]); the 4 lanes of a row (same g) share its max.
-    float mx0 = -FLT_MAX, mx1 = -FLT_MAX;
+      // Soft-cap, mask, and the online softmax of rows r0 (s[n][0..1]) and
+      // r1 (s[n][2..3]); the 4 lanes of a row (same g) share its max.
+      float mx0 = -FLT_MAX, mx1 = -FLT_MAX;
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
+      for (int n = 0; n < 4; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = kb + n * 8 + 2 * tq + (e & 1);
-        float v = s[n][e];
-        if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
-        const bool ok = e < 2 ? key >= lo0 && key < hi0 : key >= lo1 && key < hi1;
-        v = ok ? v : -INFINITY;
-        s[n][e] = v;
-        if (e < 2)
-          mx0 = fmaxf(mx0, v);
-        else
-          mx1 = fmaxf(mx1, v);
+        for (int e = 0; e < 4; ++e) {
+          const int key = kb + n * 8 + 2 * tq + (e & 1);
+          float v = s[n][e];
+          if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
+          const bool ok = e < 2 ? key >= lo0 && key < hi0 : key >= lo1 && key < hi1;
+          v = ok ? v : -INFINITY;
+          s[n][e] = v;
+          if (e < 2)
+            mx0 = fmaxf(mx0, v);
+          else
+            mx1 = fmaxf(mx1, v);
+        }
+#pragma unroll
+      for (int x = 1; x < 4; x <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
       }
-#pragma unroll
-    for (int x = 1; x < 4; x <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-    }
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float c0 = expf(m0 - n0), c1 = expf(m1 - n1);  // 1 while a row has seen nothing
-    m0 = n0;
-    m1 = n1;
-    l0 *= c0;
-    l1 *= c1;
-#pragma unroll
-    for (int n = 0; n < DV / 8; ++n) {
-      o[n][0] *= c0;
-      o[n][1] *= c0;
-      o[n][2] *= c1;
-      o[n][3] *= c1;
-    }
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      s[n][0] = expf(s[n][0] - n0);  // masked: exp(-inf) = 0
-      s[n][1] = expf(s[n][1] - n0);
-      s[n][2] = expf(s[n][2] - n1);
-      s[n][3] = expf(s[n][3] - n1);
-      l0 += s[n][0] + s[n][1];
-      l1 += s[n][2] + s[n][3];
-    }
-    // O += P · V: the score accumulators of n-tiles 2kk, 2kk + 1 are the A
-    // operand of keys [16kk, 16kk + 16).
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      uint32_t ph[4], pl[4];
-      split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-      split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-      split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-      split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      const float c0 = expf(m0 - n0), c1 = expf(m1 - n1);  // 1 while a row has seen nothing
+      m0 = n0;
+      m1 = n1;
+      l0 *= c0;
+      l1 *= c1;
 #pragma unroll
       for (int n = 0; n < DV / 8; ++n) {
-        const int vr = (n * 8 + g) * (kKeys + kPad) + kk * 16 + 2 * tq;
-        mma3(o[n], ph, pl, *reinterpret_cast<const uint32_t*>(sm.v_hi + vr),
-             *reinterpret_cast<const uint32_t*>(sm.v_hi + vr + 8),
-             *reinterpret_cast<const uint32_t*>(sm.v_lo + vr),
-             *reinterpret_cast<const uint32_t*>(sm.v_lo + vr + 8));
+        o[n][0] *= c0;
+        o[n][1] *= c0;
+        o[n][2] *= c1;
+        o[n][3] *= c1;
       }
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        s[n][0] = expf(s[n][0] - n0);  // masked: exp(-inf) = 0
+        s[n][1] = expf(s[n][1] - n0);
+        s[n][2] = expf(s[n][2] - n1);
+        s[n][3] = expf(s[n][3] - n1);
+        l0 += s[n][0] + s[n][1];
+        l1 += s[n][2] + s[n][3];
+      }
+      // O += P · V: the score accumulators of n-tiles 2kk, 2kk + 1 are the A
+      // operand of keys [16kk, 16kk + 16); V's B fragments come transposed
+      // from its key rows, two dim n-tiles per ldmatrix_x4_trans (keys + 8 ·
+      // (mat % 2), dims + 8 · (mat / 2)).
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t ph[4], pl[4];
+        split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+        split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+        split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+        split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+        for (int nd = 0; nd < DV / 16; ++nd) {
+          const int at_row = (kk * 16 + 8 * (mat % 2) + mrow) * vp + nd * 16 + 8 * (mat / 2);
+          uint32_t bh[4], bl[4] = {0u, 0u, 0u, 0u};
+          ldmatrix_x4_trans(bh, vh + at_row);
+          if constexpr (!BF16) ldmatrix_x4_trans(bl, vl + at_row);
+          mma_parts<BF16>(o[2 * nd], ph, pl, bh[0], bh[1], bl[0], bl[1]);
+          mma_parts<BF16>(o[2 * nd + 1], ph, pl, bh[2], bh[3], bl[2], bl[3]);
+        }
+      }
+    }
+    if constexpr (BF16) {
+      __syncthreads();  // every warp is done with stage st before it is refilled
+      st ^= 1;
     }
   }
   // Each row's sum over its 4 lanes; rows with no key give 0.
@@ -321,10 +448,30 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Output dims per block: each chunk recomputes the scores, so a head dim of
-// 256 takes one chunk of 256 (128 accumulator registers per thread; 142 KB
-// of shared memory). 512 takes two of 128: one of 256 would need 240 KB.
+// 256 takes one chunk of 256 (128 accumulator registers per thread; 136 KB
+// of shared memory). 512 takes two of 128 (218 KB): one of 256 would need
+// 234 KB.
 int dv_for(int64_t head_dim) {
   return head_dim == 256 ? 256 : head_dim % 128 == 0 ? 128 : 64;
+}
+
+template <int DV, bool BF16>
+void launch_prefill_typed(dim3 grid, size_t smem, const float* q, const StepLayout& at,
+                          const PagedAttention& p, const int32_t* tiles, float* out,
+                          cudaStream_t stream) {
+  CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<DV, BF16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  launch(prefill_attention_kernel<DV, BF16>, grid, kWarps * 32, smem, stream, q, at, p, tiles, out);
+}
+
+template <int DV>
+void launch_prefill(dim3 grid, size_t smem, const float* q, const StepLayout& at,
+                    const PagedAttention& p, const int32_t* tiles, float* out,
+                    cudaStream_t stream) {
+  if (p.kv_bf16)
+    launch_prefill_typed<DV, true>(grid, smem, q, at, p, tiles, out, stream);
+  else
+    launch_prefill_typed<DV, false>(grid, smem, q, at, p, tiles, out, stream);
 }
 
 }  // namespace
@@ -377,19 +524,12 @@ void attention_prefill(const float* q, const StepLayout& at, const int32_t* tile
   const int dv = dv_for(p.head_dim);
   const size_t smem = smem_bytes(int(p.head_dim), dv);
   const dim3 grid(unsigned(n_tiles), unsigned(p.heads), unsigned((p.head_dim + dv - 1) / dv));
-  if (dv == 256) {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<256>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    launch(prefill_attention_kernel<256>, grid, kWarps * 32, smem, stream, q, at, pp, tiles, out);
-  } else if (dv == 128) {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<128>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    launch(prefill_attention_kernel<128>, grid, kWarps * 32, smem, stream, q, at, pp, tiles, out);
-  } else {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<64>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    launch(prefill_attention_kernel<64>, grid, kWarps * 32, smem, stream, q, at, pp, tiles, out);
-  }
+  if (dv == 256)
+    launch_prefill<256>(grid, smem, q, at, pp, tiles, out, stream);
+  else if (dv == 128)
+    launch_prefill<128>(grid, smem, q, at, pp, tiles, out, stream);
+  else
+    launch_prefill<64>(grid, smem, q, at, pp, tiles, out, stream);
 }
 
 }  // namespace tandem::cuda

@@ -278,7 +278,8 @@ struct Layer {
   DevMatrix qkv;      // q, then k and v when the layer computes its own KV (no v when k_eq_v)
   DevMatrix gate_up;  // gate, then up
   DevMatrix o, down, ple_gate, ple_proj;
-  DeviceBuffer keys, values;  // own KV rows: [blocks of kind + 1, block, K·Dh]; empty when shared
+  DeviceBuffer keys, values;  // own KV rows: [blocks of kind + 1, block, K·Dh] of the pool's
+                              // row type; empty when shared
   DeviceBuffer inv_freq;
   int64_t rotary_dim = 0;
   float rope_scaling = 1.f;
@@ -324,6 +325,7 @@ struct Decoder::Impl {
   const Model& model;
   const ModelSpec& spec;
   KvPool& kv_pool;
+  const bool kv_bf16;  // the pool's rows are bf16 (else f32)
   int64_t max_tokens;
   int device = 0;
   std::string name;
@@ -373,7 +375,12 @@ struct Decoder::Impl {
   std::map<int64_t, cudaGraphExec_t> decode_graphs;
 
   Impl(const Model& m, KvPool& pool, int64_t max_step_tokens, int dev)
-      : model(m), spec(m.spec), kv_pool(pool), max_tokens(max_step_tokens), device(dev) {}
+      : model(m),
+        spec(m.spec),
+        kv_pool(pool),
+        kv_bf16(pool.row_dtype() == DType::BF16),
+        max_tokens(max_step_tokens),
+        device(dev) {}
 
   ~Impl() {
     for (auto& [b, g] : decode_graphs) cudaGraphExecDestroy(g);
@@ -616,8 +623,9 @@ struct Decoder::Impl {
     post.temp_beta = s.query_temperature_beta;
     post.temp_base = float(std::max<int64_t>(1, s.query_temperature_base));
     post.q_out = qp;
-    post.k_cache = src.keys.as<float>();
-    post.v_cache = src.values.as<float>();
+    post.k_cache = src.keys.get();
+    post.v_cache = src.values.get();
+    post.kv_bf16 = kv_bf16;
     post.block_size = KvPool::kBlockSize;
     qkv_post(qkv.as<float>(), T, at, post, stream);
     mark("qkv post (norm, rope, kv write)");
@@ -628,8 +636,9 @@ struct Decoder::Impl {
     p.scale = s.attn_scale;
     p.softcap = s.attn_softcap;
     p.window = ls.kind == AttentionKind::Sliding ? s.sliding_window : 0;
-    p.k_base = src.keys.as<float>();
-    p.v_base = src.values.as<float>();
+    p.k_base = src.keys.get();
+    p.v_base = src.values.get();
+    p.kv_bf16 = kv_bf16;
     p.block_size = KvPool::kBlockSize;
     p.splits = splits;
     p.partial = partial.as<float>();
@@ -842,7 +851,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     const LayerSpec& ls = s.layer[size_t(l)];
     if (ls.kv_source != l) continue;
     const size_t rows = size_t(kv_pool.total(ls.kind) + 1) * size_t(KvPool::kBlockSize);
-    const size_t bytes = rows * size_t(ls.kv_dim()) * sizeof(float);
+    const size_t bytes = rows * size_t(ls.kv_dim()) * dtype_size(kv_pool.row_dtype());
     Layer& L = m.layers[size_t(l)];
     L.keys = DeviceBuffer(bytes);
     L.values = DeviceBuffer(bytes);

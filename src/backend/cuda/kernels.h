@@ -86,7 +86,8 @@ struct StepLayout {
   const int64_t* first_block = nullptr;  // [S] or null
 };
 
-// Paged attention over f32 K/V, the CPU backend's contract (cpu::attention)
+// Paged attention over f32 or bf16 K/V rows, the CPU backend's contract
+// (cpu::attention, whose rows are the bf16 values widened when kv_bf16)
 // per token: keys [max(0, pos - window + 1), key_end); scores q·k · scale,
 // soft-capped when softcap > 0; query head h reads kv head h / (heads /
 // kv_heads); position p of a sequence lives in row p % block_size of its
@@ -99,8 +100,9 @@ struct PagedAttention {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // head_dim ≤ 512
   float scale = 1.f, softcap = 0.f;
   int64_t window = 0;
-  const float* k_base = nullptr;
-  const float* v_base = nullptr;
+  const void* k_base = nullptr;  // f32 rows, or bf16 when kv_bf16
+  const void* v_base = nullptr;
+  bool kv_bf16 = false;
   int64_t block_size = 0;  // a power of two
   int block_shift = 0;     // log2(block_size), set by attention_paged
   int splits = 1;
@@ -117,7 +119,8 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
 // [2 · n_tiles]) holds each query tile's first and one-past-last step token,
 // at most 64 tokens of one sequence (attention_prefill_tiles makes them).
 // Scores and outputs are bf16 hi/lo tensor-core products (three per
-// product) with f32 accumulation; splits and partial are not used.
+// product; two over bf16 rows, whose lo part is zero) with f32
+// accumulation; splits and partial are not used.
 // Supported where attention_prefill_supported says so (sm_80+, head_dim a
 // multiple of 16 up to 512, and its shared memory fits the device).
 void attention_prefill(const float* q, const StepLayout& at, const int32_t* tiles, int64_t n_tiles,
@@ -160,7 +163,8 @@ void rope_rotate_half(float* x, int64_t n, int64_t heads, int64_t head_dim,
 // raw k). Per head: RMSNorm (q, k with their weights when qk_norm; v without
 // weight when v_norm), rotate-half RoPE on q and k, the query temperature
 // on q (beta != 0: · (1 + beta · log(1 + floor(pos / base)))); q goes to
-// q_out [n, heads·Dh], k and v to their paged rows (kv_write's layout).
+// q_out [n, heads·Dh], k and v to their paged rows (kv_write's layout;
+// rounded to bf16 when kv_bf16).
 struct QkvPost {
   int64_t heads = 0, kv_heads = 0, head_dim = 0, stride = 0;
   bool own_kv = true, k_eq_v = false, qk_norm = false, v_norm = false;
@@ -172,8 +176,9 @@ struct QkvPost {
   float rope_scaling = 1.f;
   float temp_beta = 0.f, temp_base = 1.f;
   float* q_out = nullptr;
-  float* k_cache = nullptr;
-  float* v_cache = nullptr;
+  void* k_cache = nullptr;  // f32 rows, or bf16 when kv_bf16
+  void* v_cache = nullptr;
+  bool kv_bf16 = false;
   int64_t block_size = 0;
 };
 void qkv_post(const float* qkv, int64_t n, const StepLayout& at, const QkvPost& p,
@@ -193,9 +198,9 @@ void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cud
 
 // An unfused part of qkv_post (the tests' reference for its layout): writes
 // rows [n, kv_dim] to the paged storage at each token's position (layout as
-// PagedAttention's).
-void kv_write(const float* rows, int64_t n, int64_t kv_dim, float* base, int64_t block_size,
-              const StepLayout& at, cudaStream_t stream);
+// PagedAttention's; bf16 rows, rounded to nearest even, when bf16).
+void kv_write(const float* rows, int64_t n, int64_t kv_dim, void* base, bool bf16,
+              int64_t block_size, const StepLayout& at, cudaStream_t stream);
 
 // One row's sampling (engine/sampler.h's SamplingParams) and its draw.
 struct SampleRow {
