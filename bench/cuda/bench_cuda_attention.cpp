@@ -8,7 +8,8 @@
 // decode kernel with the split count the decoder uses (and its combine),
 // in µs per call and GB/s of K/V read; and 64 sequences of 1,024 keys each
 // decoding together. Every figure over f32 rows and over bf16 ones (the
-// default on CUDA).
+// default on CUDA); decode over bf16 rows through both kernels (CUDA cores,
+// and tensor cores where attention_decode_mma_supported).
 //
 //   bench_cuda_attention [--json]
 #include <cuda_runtime_api.h>
@@ -160,28 +161,34 @@ int main(int argc, char** argv) {
   };
   for (const Shape& sh : shapes)
     for (const DecodeCase dc : {DecodeCase{1, 1024}, DecodeCase{1, 4096}, DecodeCase{64, 1024}})
-      for (const bool bf16 : {false, true}) {
+      for (const int variant : {0, 1, 2}) {  // f32 rows; bf16 rows on CUDA cores; on tensor cores
+        const bool bf16 = variant > 0;
+        const cuda::DecodeKernel kernel =
+            variant == 2 ? cuda::DecodeKernel::TensorCores : cuda::DecodeKernel::CudaCores;
         const int64_t n = dc.sequences, ctx = dc.ctx;
         CausalStep step(sh, ctx, n, bf16, n);
         const cuda::StepLayout& at = step.at;
         cuda::PagedAttention& p = step.p;
         const int64_t kv_dim = sh.kv_heads * sh.head_dim;
-        p.splits = cuda::attention_splits(n, sh.kv_heads, sms);
+        p.splits = cuda::attention_splits(
+            n, sh.kv_heads, sms,
+            variant == 2 ? cuda::kTensorCoreBlocksPerSm : cuda::kCudaCoreBlocksPerSm);
         p.multiprocessors = sms;
         cuda::DeviceBuffer partial(
             cuda::attention_partial_floats(n, sh.heads, sh.head_dim, p.splits) * 4 + 4);
         p.partial = partial.as<float>();
+        if (variant == 2 && !cuda::attention_decode_mma_supported(p)) continue;
         // 200 calls captured in one graph, as the decoder replays them
         // (launched one by one, the launch overhead would dominate).
         const int reps = 200;
         cudaStream_t stream = nullptr;
         CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        cuda::attention_paged(step.q.as<float>(), n, at, p, step.out.as<float>(),
-                              stream);  // set-up
+        cuda::attention_paged(step.q.as<float>(), n, at, p, step.out.as<float>(), stream,
+                              kernel);  // set-up
         CUDA_CHECK(cudaStreamSynchronize(stream));
         CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         for (int i = 0; i < reps; ++i)
-          cuda::attention_paged(step.q.as<float>(), n, at, p, step.out.as<float>(), stream);
+          cuda::attention_paged(step.q.as<float>(), n, at, p, step.out.as<float>(), stream, kernel);
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         cudaGraphExec_t exec = nullptr;
@@ -200,16 +207,18 @@ int main(int argc, char** argv) {
         const double us = ms * 1e3 / reps,
                      gbs = 2.0 * double(n * ctx * kv_dim) * (bf16 ? 2 : 4) / (us * 1e-6) / 1e9;
         const char* rows = bf16 ? "bf16" : "f32";
+        const char* cores = variant == 2 ? "tensor cores" : "CUDA cores";
         if (json)
           std::printf(
               "{\"shape\": \"%s\", \"decode_sequences\": %lld, \"decode_context\": %lld, "
-              "\"rows\": \"%s\", \"splits\": %d, \"us\": %.2f, \"kv_gbs\": %.1f}\n",
-              sh.model, (long long)n, (long long)ctx, rows, p.splits, us, gbs);
+              "\"rows\": \"%s\", \"kernel\": \"%s\", \"splits\": %d, \"us\": %.2f, "
+              "\"kv_gbs\": %.1f}\n",
+              sh.model, (long long)n, (long long)ctx, rows, cores, p.splits, us, gbs);
         else
           std::printf(
-              "%-20s decode, %2lld x context %5lld, %-4s rows, %3d splits  %8.2f us  %7.1f GB/s of "
-              "K/V\n",
-              sh.model, (long long)n, (long long)ctx, rows, p.splits, us, gbs);
+              "%-20s decode, %2lld x context %5lld, %-4s rows, %-12s %3d splits  %8.2f us  %7.1f "
+              "GB/s of K/V\n",
+              sh.model, (long long)n, (long long)ctx, rows, cores, p.splits, us, gbs);
       }
   return 0;
 }

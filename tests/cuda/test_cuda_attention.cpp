@@ -9,8 +9,10 @@
 // softmax); the prefill kernel ≤ 5e-5 + 5e-5·|cpu| (bf16 hi/lo products
 // carry 16 significant bits); RoPE ≤ 1e-5 · (|a| + |b|) (sincosf vs libm); KV write exact.
 // Every attention case runs over f32 rows and over bf16 ones (the reference
-// reads the same rounded values; same tolerances), and the KV write rounds
-// bf16 rows bit for bit as core/dtype.h does.
+// reads the same rounded values; same tolerances), the decode part through
+// both kernels (the tensor-core one, for bf16 rows of the shapes it takes,
+// at the prefill kernel's tolerance), and the KV write rounds bf16 rows bit
+// for bit as core/dtype.h does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,7 +65,10 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
         // Prefill chunks: several query tiles, a window inside them, soft-cap
         // with bidirectional rows, Gemma's 256 and 512 head dims.
         Case{4, 2, 64, 150, 100, 40, 0.f, false}, Case{4, 2, 128, 90, 70, 0, 30.f, true},
-        Case{4, 1, 256, 140, 130, 0, 0.f, false}, Case{8, 1, 512, 96, 80, 0, 0.f, false}}) {
+        Case{4, 1, 256, 140, 130, 0, 0.f, false}, Case{8, 1, 512, 96, 80, 0, 0.f, false},
+        // The most query heads the tensor-core decode kernel takes per kv
+        // head (16), over many key tiles.
+        Case{16, 1, 128, 500, 2, 0, 0.f, false}}) {
     const int64_t kv_dim = c.kv_heads * c.head_dim, q_dim = c.heads * c.head_dim;
     const int64_t nblocks = (c.ctx + block_size - 1) / block_size;
     // Blocks in shuffled order inside a pool with spare blocks.
@@ -129,23 +134,43 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
       base.v_base = dv.get();
       base.kv_bf16 = bf16;
       base.block_size = block_size;
-      for (int splits : {1, 3, 7, 45, 128}) {
-        cuda::DeviceBuffer dout(want.size() * sizeof(float));
-        cuda::DeviceBuffer partial(
-            std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, c.head_dim, splits)) *
-            sizeof(float));
-        cuda::PagedAttention gp = base;
-        gp.splits = splits;
-        gp.partial = partial.as<float>();
-        cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr);
-        const auto got = download<float>(dout, want.size());
-        size_t bad = 0;
-        for (size_t i = 0; i < got.size(); ++i)
-          if (!(std::fabs(got[i] - want[i]) <= 2e-5 + 2e-5 * std::fabs(want[i])) && bad++ < 3)
-            ADD_FAILURE() << "H" << c.heads << " K" << c.kv_heads << " Dh" << c.head_dim << " ctx "
-                          << c.ctx << " splits " << splits << rows << " [" << i << "] gpu "
-                          << got[i] << " cpu " << want[i];
-        EXPECT_EQ(bad, 0u) << "head_dim " << c.head_dim << " splits " << splits << rows;
+      // Both decode kernels: on CUDA cores (any rows) and on tensor cores
+      // (bf16 rows of the shapes it takes; q·scale as hi/lo parts, so the
+      // prefill kernel's tolerance).
+      for (const cuda::DecodeKernel kernel :
+           {cuda::DecodeKernel::CudaCores, cuda::DecodeKernel::TensorCores}) {
+        const bool mma = kernel == cuda::DecodeKernel::TensorCores;
+        if (mma && !cuda::attention_decode_mma_supported(base)) continue;
+        const double tol = mma ? 5e-5 : 2e-5;
+        double worst = 0;
+        for (int splits : {1, 3, 7, 45, 128}) {
+          cuda::DeviceBuffer dout(want.size() * sizeof(float));
+          cuda::DeviceBuffer partial(std::max<size_t>(4, cuda::attention_partial_floats(
+                                                             c.n, c.heads, c.head_dim, splits)) *
+                                     sizeof(float));
+          cuda::PagedAttention gp = base;
+          gp.splits = splits;
+          gp.partial = partial.as<float>();
+          cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr, kernel);
+          const auto got = download<float>(dout, want.size());
+          size_t bad = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
+            worst = std::max(worst, std::isnan(err) ? 1e30 : err);
+            if (!(std::fabs(got[i] - want[i]) <= tol + tol * std::fabs(want[i])) && bad++ < 3)
+              ADD_FAILURE() << (mma ? "tensor-core " : "") << "H" << c.heads << " K" << c.kv_heads
+                            << " Dh" << c.head_dim << " ctx " << c.ctx << " splits " << splits
+                            << rows << " [" << i << "] gpu " << got[i] << " cpu " << want[i];
+          }
+          EXPECT_EQ(bad, 0u) << (mma ? "tensor-core " : "") << "head_dim " << c.head_dim
+                             << " splits " << splits << rows;
+        }
+        if (mma)
+          std::printf(
+              "[decode attention, tensor cores] H%lld K%lld Dh%lld n %lld%s: max |gpu - cpu| / "
+              "(1 + |cpu|) = %.2e\n",
+              (long long)c.heads, (long long)c.kv_heads, (long long)c.head_dim, (long long)c.n,
+              rows, worst);
       }
       // The tensor-core prefill kernel, where it takes this head dim.
       if (!cuda::attention_prefill_supported(c.head_dim, 0)) continue;

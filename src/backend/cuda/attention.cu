@@ -441,33 +441,12 @@ int max_splits() {
   return n;
 }
 
-}  // namespace
-
-int attention_splits(int64_t n, int64_t kv_heads, int multiprocessors) {
-  const int64_t blocks = n * kv_heads, want = 2 * int64_t(multiprocessors);
-  if (blocks >= want) return 1;
-  const int64_t s = (want + blocks - 1) / blocks;
-  return int(std::min<int64_t>(s, max_splits()));
-}
-
-size_t attention_partial_floats(int64_t n, int64_t heads, int64_t head_dim, int splits) {
-  return splits > 1 ? size_t(n * heads * splits * (head_dim + 2)) : 0;
-}
-
-void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
-                     float* out, cudaStream_t stream) {
-  if (n <= 0) return;
-  if (p.head_dim > 32 * kMaxDimsPerLane || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 ||
-      p.splits < 1 || p.splits > kMaxSplits || (p.splits > 1 && !p.partial))
-    fail(
-        "attention_paged: head_dim %lld (at most %d), heads %lld / kv_heads %lld, splits %d "
-        "(1 to %d) unsupported",
-        (long long)p.head_dim, 32 * kMaxDimsPerLane, (long long)p.heads, (long long)p.kv_heads,
-        p.splits, kMaxSplits);
-  if (p.block_size <= 0 || (p.block_size & (p.block_size - 1)) != 0)
-    fail("attention_paged: block_size %lld is not a power of two", (long long)p.block_size);
-  PagedAttention pp = p;
-  while ((int64_t(1) << pp.block_shift) < p.block_size) ++pp.block_shift;
+// The CUDA-core kernel over any rows: per (token, kv head, split) one block
+// (or, on a grid that does not fill the device, one per part of a large
+// query-head group). `pp` has its block_shift set.
+void attention_cuda_cores(const float* q, int64_t n, const StepLayout& at, const PagedAttention& pp,
+                          float* out, cudaStream_t stream) {
+  const PagedAttention& p = pp;
   // A kv head's query heads share a block up to 1,024 output values
   // (llama's 4 heads of 64, Gemma 3's 4 of 256); on a grid that does not
   // fill the device, Gemma 4's 8 heads of 256 and 512 are split over 2 and 4
@@ -499,6 +478,42 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
     fail("attention_paged: %lld query heads of dim %lld per kv head (at most 4096 values)",
          (long long)(p.heads / p.kv_heads), (long long)p.head_dim);
   CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+int attention_splits(int64_t n, int64_t kv_heads, int multiprocessors, int blocks_per_sm) {
+  const int64_t blocks = n * kv_heads, want = int64_t(blocks_per_sm) * multiprocessors;
+  if (blocks >= want) return 1;
+  const int64_t s = (want + blocks - 1) / blocks;
+  return int(std::min<int64_t>(s, max_splits()));
+}
+size_t attention_partial_floats(int64_t n, int64_t heads, int64_t head_dim, int splits) {
+  return splits > 1 ? size_t(n * heads * splits * (head_dim + 2)) : 0;
+}
+
+void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
+                     float* out, cudaStream_t stream, DecodeKernel kernel) {
+  if (n <= 0) return;
+  if (p.head_dim > 32 * kMaxDimsPerLane || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 ||
+      p.splits < 1 || p.splits > kMaxSplits || (p.splits > 1 && !p.partial))
+    fail(
+        "attention_paged: head_dim %lld (at most %d), heads %lld / kv_heads %lld, splits %d "
+        "(1 to %d) unsupported",
+        (long long)p.head_dim, 32 * kMaxDimsPerLane, (long long)p.heads, (long long)p.kv_heads,
+        p.splits, kMaxSplits);
+  if (p.block_size <= 0 || (p.block_size & (p.block_size - 1)) != 0)
+    fail("attention_paged: block_size %lld is not a power of two", (long long)p.block_size);
+  PagedAttention pp = p;
+  while ((int64_t(1) << pp.block_shift) < p.block_size) ++pp.block_shift;
+  // bf16 rows with up to 16 query heads per kv head of dim 64, 128 or 256:
+  // the tensor-core kernel (attention_decode.cu), unless told otherwise.
+  const bool tensor_cores = kernel == DecodeKernel::TensorCores ||
+                            (kernel == DecodeKernel::Auto && attention_decode_mma_supported(pp));
+  if (tensor_cores)
+    attention_decode_mma(q, n, at, pp, out, stream);
+  else
+    attention_cuda_cores(q, n, at, pp, out, stream);
   if (p.splits == 1) return;
   launch(attention_combine_kernel, unsigned(n * p.heads), 128, 0, stream, p, out);
   CUDA_CHECK(cudaGetLastError());

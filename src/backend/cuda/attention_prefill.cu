@@ -23,6 +23,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/mma.h"
 
 namespace tandem::cuda {
 
@@ -32,95 +33,6 @@ constexpr int kWarps = 4;
 constexpr int kRows = 16 * kWarps;  // query rows per block
 constexpr int kKeys = 32;           // keys per tile
 constexpr int kPad = 8;             // bf16 row padding: fragment loads hit distinct banks
-
-__device__ __forceinline__ uint32_t bf16_bits(float f) {  // round to nearest even
-  const uint32_t b = __float_as_uint(f);
-  return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-}
-__device__ __forceinline__ float bf16_value(uint32_t bits) {
-  return __uint_as_float(bits << 16);
-}
-// The bf16 hi and lo parts of x.
-__device__ __forceinline__ void split(float x, uint32_t& hi, uint32_t& lo) {
-  hi = bf16_bits(x);
-  lo = bf16_bits(x - bf16_value(hi));
-}
-// Two columns' parts packed as an mma operand register (lower column in the
-// low half).
-__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  uint32_t h0, l0, h1, l1;
-  split(x0, h0, l0);
-  split(x1, h1, l1);
-  hi = h0 | (h1 << 16);
-  lo = l0 | (l1 << 16);
-}
-
-// d += a · b, m16n8k16, bf16 in, f32 accumulate.
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-
-// d += a · b as parts: hi·hi + hi·lo + lo·hi (lo·lo is below f32
-// rounding); B_EXACT: b is a bf16 value (its lo part is zero), so hi·hi +
-// lo·hi.
-template <bool B_EXACT>
-__device__ __forceinline__ void mma_parts(float (&d)[4], const uint32_t (&ahi)[4],
-                                          const uint32_t (&alo)[4], uint32_t bh0, uint32_t bh1,
-                                          uint32_t bl0, uint32_t bl1) {
-  mma(d, ahi, bh0, bh1);
-  if constexpr (!B_EXACT) mma(d, ahi, bl0, bl1);
-  mma(d, alo, bh0, bh1);
-}
-
-// Four 8x8 b16 matrices from shared memory, lane l giving the address of
-// row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); lane t receives
-// row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1 of each (transposed: rows
-// 2 (t % 4), 2 (t % 4) + 1 of column t / 4) — an mma B fragment each.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-#endif
-}
-
-// 16 bytes global -> shared without passing through registers; zeros when
-// !valid (nothing is read then).
-__device__ __forceinline__ void cp_async16(uint16_t* dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src),
-               "r"(valid ? 16 : 0));
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-// Waits until at most N committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
 
 // Shared memory: q·scale as hi/lo parts, and two K and two V tile buffers,
 // rows of keys (K: [kKeys][Dh + kPad], V: [kKeys][DV + kPad]). Over f32
@@ -299,8 +211,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int n = 0; n < DV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // rows r0, r1 (this lane's part of l)
-  // ldmatrix row addresses: lane l reads row l % 8 of matrix l / 8.
-  const int mat = lane / 8, mrow = lane % 8;
 
   int st = 0;  // bf16 rows: the stage holding the current tile
   if constexpr (BF16)
@@ -327,37 +237,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     const uint16_t* vh = BF16 ? sm.v[0] + st * kKeys * vp : sm.v[0];
     const uint16_t* vl = sm.v[1];
     if (kb < warp_hi && kb + kKeys > warp_lo) {  // some key of this tile for these rows
-      // S = q · kᵀ for the warp's 16 rows and the tile's 32 keys (4 n-tiles;
-      // each ldmatrix_x4 gives two n-tiles' B fragments: keys + 8 · (mat / 2),
-      // dims + 8 · (mat % 2)).
+      // S = q · kᵀ for the warp's 16 rows and the tile's 32 keys.
       float s[4][4];
 #pragma unroll
       for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-      const uint16_t* qh = sm.q_hi + (warp * 16 + g) * kp + 2 * tq;
-      const uint16_t* ql = sm.q_lo + (warp * 16 + g) * kp + 2 * tq;
-      for (int k = 0; k < Dh; k += 16) {
-        uint32_t ah[4], al[4];
-        ah[0] = *reinterpret_cast<const uint32_t*>(qh + k);
-        ah[1] = *reinterpret_cast<const uint32_t*>(qh + 8 * kp + k);
-        ah[2] = *reinterpret_cast<const uint32_t*>(qh + k + 8);
-        ah[3] = *reinterpret_cast<const uint32_t*>(qh + 8 * kp + k + 8);
-        al[0] = *reinterpret_cast<const uint32_t*>(ql + k);
-        al[1] = *reinterpret_cast<const uint32_t*>(ql + 8 * kp + k);
-        al[2] = *reinterpret_cast<const uint32_t*>(ql + k + 8);
-        al[3] = *reinterpret_cast<const uint32_t*>(ql + 8 * kp + k + 8);
-#pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          const int at_row = (np * 16 + 8 * (mat / 2) + mrow) * kp + k + 8 * (mat % 2);
-          uint32_t bh[4], bl[4] = {0u, 0u, 0u, 0u};
-          ldmatrix_x4(bh, kh + at_row);
-          if constexpr (!BF16) ldmatrix_x4(bl, kl + at_row);
-          mma_parts<BF16>(s[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-          mma_parts<BF16>(s[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-        }
-      }
-      // Soft-cap, mask, and the online softmax of rows r0 (s[n][0..1]) and
-      // r1 (s[n][2..3]); the 4 lanes of a row (same g) share its max.
-      float mx0 = -FLT_MAX, mx1 = -FLT_MAX;
+      warp_scores<BF16>(s, sm.q_hi + warp * 16 * kp, sm.q_lo + warp * 16 * kp, kp, kh, kl, kp, Dh);
+      // Soft-cap and mask rows r0 (s[n][0..1]) and r1 (s[n][2..3]), then the
+      // online softmax and O += P · V.
 #pragma unroll
       for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -366,61 +252,10 @@ __global__ void __launch_bounds__(kWarps * 32)
           float v = s[n][e];
           if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
           const bool ok = e < 2 ? key >= lo0 && key < hi0 : key >= lo1 && key < hi1;
-          v = ok ? v : -INFINITY;
-          s[n][e] = v;
-          if (e < 2)
-            mx0 = fmaxf(mx0, v);
-          else
-            mx1 = fmaxf(mx1, v);
+          s[n][e] = ok ? v : -INFINITY;
         }
-#pragma unroll
-      for (int x = 1; x < 4; x <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-      }
-      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-      const float c0 = expf(m0 - n0), c1 = expf(m1 - n1);  // 1 while a row has seen nothing
-      m0 = n0;
-      m1 = n1;
-      l0 *= c0;
-      l1 *= c1;
-#pragma unroll
-      for (int n = 0; n < DV / 8; ++n) {
-        o[n][0] *= c0;
-        o[n][1] *= c0;
-        o[n][2] *= c1;
-        o[n][3] *= c1;
-      }
-#pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        s[n][0] = expf(s[n][0] - n0);  // masked: exp(-inf) = 0
-        s[n][1] = expf(s[n][1] - n0);
-        s[n][2] = expf(s[n][2] - n1);
-        s[n][3] = expf(s[n][3] - n1);
-        l0 += s[n][0] + s[n][1];
-        l1 += s[n][2] + s[n][3];
-      }
-      // O += P · V: the score accumulators of n-tiles 2kk, 2kk + 1 are the A
-      // operand of keys [16kk, 16kk + 16); V's B fragments come transposed
-      // from its key rows, two dim n-tiles per ldmatrix_x4_trans (keys + 8 ·
-      // (mat % 2), dims + 8 · (mat / 2)).
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        uint32_t ph[4], pl[4];
-        split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-        split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-        split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-        split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-#pragma unroll
-        for (int nd = 0; nd < DV / 16; ++nd) {
-          const int at_row = (kk * 16 + 8 * (mat % 2) + mrow) * vp + nd * 16 + 8 * (mat / 2);
-          uint32_t bh[4], bl[4] = {0u, 0u, 0u, 0u};
-          ldmatrix_x4_trans(bh, vh + at_row);
-          if constexpr (!BF16) ldmatrix_x4_trans(bl, vl + at_row);
-          mma_parts<BF16>(o[2 * nd], ph, pl, bh[0], bh[1], bl[0], bl[1]);
-          mma_parts<BF16>(o[2 * nd + 1], ph, pl, bh[2], bh[3], bl[2], bl[3]);
-        }
-      }
+      online_softmax(s, o, m0, m1, l0, l1);
+      warp_weighted_values<BF16>(o, s, vh, vl, vp);
     }
     if constexpr (BF16) {
       __syncthreads();  // every warp is done with stage st before it is refilled

@@ -315,6 +315,24 @@ bool prefill_kernel_enabled() {
   return !env_is("TANDEM_CUDA_PREFILL_ATTENTION", "0");
 }
 
+// The tensor-core decode kernel's split policy: one-warp blocks per SM to
+// aim for (TANDEM_DECODE_BLOCKS_PER_SM, default 8; at most
+// kTensorCoreBlocksPerSm · 2 = the partial buffer's bound) and the fewest
+// keys a split keeps (TANDEM_DECODE_MIN_SPLIT_KEYS, default 1: no cap).
+// Measured on the H200 against 2 blocks per SM (the CUDA-core kernel's aim),
+// 8 gave llama-3.2-1b at 32 sequences 12,347 -> 14,415 tok/s, qwen3-1.7b
+// 6,140 -> 7,115 and ministral-3-3b 5,232 -> 5,875, but gemma-3-1b 11,427
+// -> 10,703 and gemma-4-e2b 4,351 -> 4,109 (one kv head: many short splits).
+int decode_blocks_per_sm() {
+  static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_BLOCKS_PER_SM", 8), 1,
+                                               2 * kTensorCoreBlocksPerSm - 1));
+  return n;
+}
+int64_t decode_min_split_keys() {
+  static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_MIN_SPLIT_KEYS", 1));
+  return n;
+}
+
 // Steps whose longest run of one sequence's tokens reaches this many take
 // attention_prefill (each query tile is 16 to 64 rows of mma work).
 constexpr int64_t kPrefillKernelMinRun = 16;
@@ -330,7 +348,7 @@ struct Decoder::Impl {
   int device = 0;
   std::string name;
   int multiprocessors = 1;
-  int64_t min_kv_heads = 1;  // over the layers: the attention split count's basis
+  int64_t min_kv_heads = 1;  // over the layers: sizes the split partials
   bool graphs = graphs_enabled_by_env();
   int64_t gemv_tokens = Decoder::gemv_max_tokens();
   int64_t affine_gemv_tokens = Decoder::affine_gemv_max_tokens();
@@ -338,6 +356,10 @@ struct Decoder::Impl {
   // for every token), after decode_prefix tokens that take the decode
   // kernel (plan_prefill_attention).
   int64_t prefill_tiles = 0, decode_prefix = 0;
+  // The most keys a token of this step attends, rounded up to a power of
+  // two (at least 64): caps the tensor-core decode kernel's splits, and is
+  // part of a decode graph's key (a graph serves the contexts of its class).
+  int64_t key_class = 64;
   size_t weight_bytes = 0, streamed_bytes = 0, kv_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -372,7 +394,7 @@ struct Decoder::Impl {
   size_t penalty_capacity = 0;
   PinnedBuffer tokens_out;
 
-  std::map<int64_t, cudaGraphExec_t> decode_graphs;
+  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> decode_graphs;  // (bucket, key_class)
 
   Impl(const Model& m, KvPool& pool, int64_t max_step_tokens, int dev)
       : model(m),
@@ -556,12 +578,11 @@ struct Decoder::Impl {
       scatter_rows(image_rows.as<float>(), dev<int32_t>(off_image_rows), n_images, D, hp, stream);
     mark("embed");
     if (s.ple_dim > 0) per_layer_inputs(T);
-    const int splits = attention_splits(T, min_kv_heads, multiprocessors);
     // The MLP's residual add also computes the next layer's input norm when
     // nothing (per-layer inputs, a layer scalar) comes between them.
     bool x_ready = false;
     for (int64_t l = 0; l < s.layers; ++l) {
-      attention_block(l, T, splits, x_ready);
+      attention_block(l, T, x_ready);
       const float scalar = layers[size_t(l)].scalar;
       x_ready = s.ple_dim == 0 && scalar == 1.0f && l + 1 < s.layers;
       mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr);
@@ -594,7 +615,7 @@ struct Decoder::Impl {
   }
 
   // x_ready: x already holds this layer's normed input.
-  void attention_block(int64_t l, int64_t T, int splits, bool x_ready) {
+  void attention_block(int64_t l, int64_t T, bool x_ready) {
     const ModelSpec& s = spec;
     const LayerSpec& ls = s.layer[size_t(l)];
     Layer& L = layers[size_t(l)];
@@ -640,17 +661,29 @@ struct Decoder::Impl {
     p.v_base = src.values.get();
     p.kv_bf16 = kv_bf16;
     p.block_size = KvPool::kBlockSize;
-    p.splits = splits;
     p.partial = partial.as<float>();
     p.multiprocessors = multiprocessors;
+    // Key-range splits for the decode kernel this layer takes: on CUDA
+    // cores, enough 128-thread blocks for 2 per SM; on tensor cores,
+    // one-warp blocks for decode_blocks_per_sm() per SM, each split keeping
+    // at least decode_min_split_keys() of the keys the step can attend here.
+    const bool mma = attention_decode_mma_supported(p);
+    auto splits_for = [&](int64_t tokens) {
+      if (!mma) return attention_splits(tokens, ls.kv_heads, multiprocessors);
+      const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
+      const int64_t cap = std::max<int64_t>(1, keys / decode_min_split_keys());
+      return int(std::min<int64_t>(
+          cap, attention_splits(tokens, ls.kv_heads, multiprocessors, decode_blocks_per_sm())));
+    };
     if (prefill_tiles > 0 && L.prefill_kernel) {
       if (decode_prefix > 0) {
-        p.splits = attention_splits(decode_prefix, min_kv_heads, multiprocessors);
+        p.splits = splits_for(decode_prefix);
         attention_paged(qp, decode_prefix, at, p, attn.as<float>(), stream);
       }
       attention_prefill(qp, at, dev<int32_t>(off_tiles), prefill_tiles, p, attn.as<float>(),
                         stream);
     } else {
+      p.splits = splits_for(T);
       attention_paged(qp, T, at, p, attn.as<float>(), stream);
     }
     mark("attention");
@@ -718,13 +751,15 @@ struct Decoder::Impl {
     return exec;
   }
 
-  // The graph replayed for decode steps of bucket B (captured once); when
-  // profiling, a one-off capture with event nodes, freed after the step.
+  // The graph replayed for decode steps of bucket B at this step's key
+  // class (captured once each); when profiling, a one-off capture with event
+  // nodes, freed after the step.
   cudaGraphExec_t decode_graph(int64_t B) {
     if (profiling) return profiled_graph = capture_decode(B);
-    auto it = decode_graphs.find(B);
+    const std::pair<int64_t, int64_t> key{B, key_class};
+    auto it = decode_graphs.find(key);
     if (it != decode_graphs.end()) return it->second;
-    return decode_graphs[B] = capture_decode(B);
+    return decode_graphs[key] = capture_decode(B);
   }
 };
 
@@ -894,11 +929,13 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
       need_tiles(*w);
   if (dequant_elems > 0) m.dequant = DeviceBuffer(size_t(dequant_elems) * 2 * 2);
   m.logits = DeviceBuffer(T * V * 4);
-  // attention_splits keeps T · min_kv_heads · splits below 4 · SMs, so the
-  // partials of T · heads · splits rows fit in heads / min_kv_heads times that.
+  // attention_splits keeps T · kv_heads · splits below 2 · 8 · SMs (the
+  // tensor-core kernel's blocks per SM), so the partials of T · heads ·
+  // splits rows fit in heads / min_kv_heads times that.
   const int64_t max_group = s.heads / m.min_kv_heads;
   m.partial =
-      DeviceBuffer(size_t(4 * m.multiprocessors * max_group + s.heads) * size_t(max_dh + 2) * 4);
+      DeviceBuffer(size_t(2 * kTensorCoreBlocksPerSm * m.multiprocessors * max_group + s.heads) *
+                   size_t(max_dh + 2) * 4);
 
   // Step inputs.
   size_t off = 0;
@@ -1059,6 +1096,13 @@ void Decoder::step(std::span<const SeqStep> batch) {
       for (int64_t r = first; r < t; ++r) logit_rows[R++] = int32_t(r);
     }
   }
+  // The step's key class: the most keys any token attends, as a power of
+  // two — only while a split cap uses it (otherwise one class, so decode
+  // graphs are not captured again as contexts grow).
+  int64_t max_keys = 1;
+  for (int64_t r = 0; r < tokens; ++r) max_keys = std::max(max_keys, key_end[r]);
+  m.key_class = 64;
+  while (decode_min_split_keys() > 1 && m.key_class < max_keys) m.key_class *= 2;
   // Prefill attention's query tiles (eager steps with a run of tokens).
   m.prefill_tiles = m.decode_prefix = 0;
   int64_t longest_run = 0;

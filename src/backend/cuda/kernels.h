@@ -111,9 +111,20 @@ struct PagedAttention {
   // blocks that fills it keeps each kv head's query heads in one block.
   int multiprocessors = 0;
 };
-// q, out: [n, heads·head_dim].
+// q, out: [n, heads·head_dim]. Two kernels keep this contract: one on
+// tensor cores (attention_decode_mma: bf16 rows, up to 16 query heads per kv
+// head, head dim 64, 128 or 256; q·scale as bf16 hi/lo parts, so about
+// 1e-5 relative error per output against the CPU's 1e-7), and one on CUDA
+// cores for the rest. Auto takes the first where it can (unless
+// TANDEM_CUDA_DECODE_MMA=0); the tests ask for each.
+enum class DecodeKernel { Auto, TensorCores, CudaCores };
 void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
-                     float* out, cudaStream_t stream);
+                     float* out, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::Auto);
+// Whether attention_paged can take the tensor-core kernel for `p` (and
+// TANDEM_CUDA_DECODE_MMA is not 0). Its launch, without the split combine:
+bool attention_decode_mma_supported(const PagedAttention& p);
+void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
+                          float* out, cudaStream_t stream);
 // The same contract on tensor cores (flash attention) for steps that carry
 // runs of a sequence's consecutive tokens (prefill chunks): `tiles` (device,
 // [2 · n_tiles]) holds each query tile's first and one-past-last step token,
@@ -142,10 +153,14 @@ struct PrefillAttentionPlan {
 };
 PrefillAttentionPlan plan_prefill_attention(const int32_t* seq, int64_t n);
 // Key-range splits worth using for n tokens of `kv_heads` KV heads (one
-// block each) on a device of `multiprocessors` SMs (enough blocks to fill it
-// twice, at most 64 unless TANDEM_ATTENTION_MAX_SPLITS says up to 128): then
-// n · kv_heads · splits < 4 · multiprocessors.
-int attention_splits(int64_t n, int64_t kv_heads, int multiprocessors);
+// block each) on a device of `multiprocessors` SMs: enough (token, kv head,
+// split) blocks for `blocks_per_sm` per SM (2 for the CUDA-core kernel's
+// 128-thread blocks, 8 for the tensor-core kernel's one-warp blocks), at
+// most 64 splits unless TANDEM_ATTENTION_MAX_SPLITS says up to 128. Then
+// n · kv_heads · splits < 2 · blocks_per_sm · multiprocessors.
+constexpr int kCudaCoreBlocksPerSm = 2, kTensorCoreBlocksPerSm = 8;
+int attention_splits(int64_t n, int64_t kv_heads, int multiprocessors,
+                     int blocks_per_sm = kCudaCoreBlocksPerSm);
 size_t attention_partial_floats(int64_t n, int64_t heads, int64_t head_dim, int splits);
 
 // An unfused part of qkv_post (its tests' reference): rotate-half RoPE in

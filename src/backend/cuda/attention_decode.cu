@@ -1,0 +1,223 @@
+// Decode attention on tensor cores over bf16 KV rows: attention_paged's
+// contract (backend/cuda/kernels.h) for a kv head's query heads of one
+// token, where the CUDA-core kernel (attention.cu) spends its time in
+// shared-memory passes and block barriers rather than in reading the rows.
+//
+// One warp per (token, kv head, split). Its G query heads (G ≤ 16) are the
+// rows of an m16n8k16 mma (rows past G are zeros); q·scale is split into
+// bf16 hi/lo parts, the rows are bf16 as stored, so each product is two
+// mma (hi·k + lo·k) and keeps close to f32 accuracy over the stored rows.
+// Key tiles (32 keys; 16 for head dim 256) are copied with cp.async one
+// tile ahead of the one being computed, into the warp's own shared memory,
+// and read with ldmatrix (V transposed by ldmatrix.trans). The softmax is
+// online, in registers. No block barrier: a warp is a block. The output is
+// final (splits == 1) or a partial (m, l, unnormalized o) for the split
+// combine of attention.cu.
+#include <cfloat>
+#include <cstdint>
+#include <cstdlib>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/mma.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kRowsPerWarp = 16;  // query heads of a kv head, at most
+constexpr int kPad = 8;           // bf16 row padding: ldmatrix rows hit distinct banks
+
+__host__ __device__ constexpr int tile_keys(int head_dim) {
+  return head_dim <= 128 ? 32 : 16;
+}
+
+// Shared bytes of one warp: q hi/lo [16][DH + kPad], two stages of K and V
+// tiles [KT][DH + kPad].
+__host__ __device__ constexpr size_t decode_smem_bytes(int head_dim) {
+  return size_t(2) * (2 * kRowsPerWarp + 4 * tile_keys(head_dim)) * size_t(head_dim + kPad);
+}
+
+// grid: (tokens · kv heads, splits); 32 threads.
+template <int DH>
+__global__ void __launch_bounds__(32)
+    decode_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
+                            float* __restrict__ out) {
+  constexpr int KT = tile_keys(DH), P = DH + kPad;
+  extern __shared__ __align__(16) uint8_t shared_raw[];
+  uint16_t* q_hi = reinterpret_cast<uint16_t*>(shared_raw);
+  uint16_t* q_lo = q_hi + kRowsPerWarp * P;
+  uint16_t* k_tiles = q_lo + kRowsPerWarp * P;  // [2][KT][P]
+  uint16_t* v_tiles = k_tiles + 2 * KT * P;     // [2][KT][P]
+  pdl_launch_dependents();
+  pdl_wait();
+  const int lane = threadIdx.x, g = lane / 4, tq = lane % 4;
+  const int G = int(p.heads / p.kv_heads);
+  const int64_t t = blockIdx.x / p.kv_heads;
+  const int kvh = int(blockIdx.x % p.kv_heads), split = int(blockIdx.y);
+  const int kv_dim = int(p.kv_heads) * DH, q_dim = int(p.heads) * DH;
+
+  // The split's key range (attention.cu's split of [lo, key_end)).
+  const int64_t pos = at.positions[t];
+  const int64_t lo = p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+  const int64_t hi = at.key_end[t];
+  const int64_t chunk = (hi - lo + p.splits - 1) / p.splits;
+  const int first = int(lo + split * chunk);
+  const int end = int(first + chunk < hi ? first + chunk : hi);
+
+  // q · scale of the G heads as hi/lo parts; rows past G are zeros.
+  const float* qt = q + t * q_dim + size_t(kvh) * G * DH;
+  for (int i = lane; i < kRowsPerWarp * (DH / 2); i += 32) {
+    const int r = i / (DH / 2), c = 2 * (i % (DH / 2));
+    float2 v = make_float2(0.f, 0.f);
+    if (r < G) v = *reinterpret_cast<const float2*>(qt + r * DH + c);
+    uint32_t h2, l2;
+    split2(v.x * p.scale, v.y * p.scale, h2, l2);
+    *reinterpret_cast<uint32_t*>(q_hi + r * P + c) = h2;
+    *reinterpret_cast<uint32_t*>(q_lo + r * P + c) = l2;
+  }
+
+  // The sequence's blocks, indexed by position / block_size.
+  const int64_t sq = at.seq[t];
+  const int32_t* table = at.tables + at.table_start[sq] - (at.first_block ? at.first_block[sq] : 0);
+  const int shift = p.block_shift, in_block = (1 << shift) - 1;
+  auto row = [&](int j) {  // key j's row for this kv head, in values
+    return (size_t(uint32_t(table[j >> shift])) << shift | size_t(j & in_block)) * kv_dim +
+           size_t(kvh) * DH;
+  };
+  const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
+  const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
+  // Keys [kb, kb + KT) into stage st, zeros past the split's end.
+  auto fill = [&](int kb, int st) {
+    for (int i = lane; i < KT * (DH / 8); i += 32) {
+      const int key = i / (DH / 8), c = 8 * (i % (DH / 8));
+      const bool ok = kb + key < end;
+      const size_t r = ok ? row(kb + key) + c : 0;
+      cp_async16(k_tiles + (st * KT + key) * P + c, kbase + r, ok);
+      cp_async16(v_tiles + (st * KT + key) * P + c, vbase + r, ok);
+    }
+    cp_async_commit();
+  };
+
+  float o[DH / 8][4];
+#pragma unroll
+  for (int n = 0; n < DH / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 (this lane's part)
+
+  if (first < end) fill(first, 0);
+  int st = 0;
+  for (int kb = first; kb < end; kb += KT, st ^= 1) {
+    if (kb + KT < end) {
+      fill(kb + KT, st ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncwarp();  // every lane's copies of this tile (and, the first time, q) are visible
+    const uint16_t* kt = k_tiles + st * KT * P;
+    const uint16_t* vt = v_tiles + st * KT * P;
+    // S = q · kᵀ: 16 rows × KT keys; soft-cap, mask the keys past the split
+    // (rows past G are zeros: finite), online softmax, O += P · V.
+    float s[KT / 8][4];
+#pragma unroll
+    for (int n = 0; n < KT / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    warp_scores<true>(s, q_hi, q_lo, P, kt, nullptr, P, DH);
+#pragma unroll
+    for (int n = 0; n < KT / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = s[n][e];
+        if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
+        s[n][e] = kb + n * 8 + 2 * tq + (e & 1) < end ? v : -INFINITY;
+      }
+    online_softmax(s, o, m0, m1, l0, l1);
+    warp_weighted_values<true>(o, s, vt, nullptr, P);
+    __syncwarp();  // this stage is read before the next iteration refills it
+  }
+  // Each row's sum over its 4 lanes.
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+  }
+  // Rows g and g + 8 are heads kvh · G + g and + 8 when below G.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = g + 8 * half;
+    if (r >= G) continue;
+    const float m = half ? m1 : m0, l = half ? l1 : l0;
+    const int64_t h = int64_t(kvh) * G + r;
+    if (p.splits == 1) {
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float* dst = out + t * q_dim + h * DH + 2 * tq;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8) =
+            make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
+    } else {
+      float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (DH + 2);
+      if (tq == 0) {
+        part[0] = m;
+        part[1] = l;
+      }
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n) {
+        part[2 + n * 8 + 2 * tq] = o[n][2 * half];
+        part[2 + n * 8 + 2 * tq + 1] = o[n][2 * half + 1];
+      }
+    }
+  }
+}
+
+template <int DH>
+void launch_decode(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
+                   float* out, cudaStream_t stream) {
+  constexpr size_t smem = decode_smem_bytes(DH);
+  if constexpr (smem > (size_t(48) << 10)) {
+    static bool raised = false;  // once per process (one device), as attention.cu
+    if (!raised) {
+      CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<DH>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      raised = true;
+    }
+  }
+  launch(decode_attention_kernel<DH>, grid, 32, smem, stream, q, at, p, out);
+}
+
+}  // namespace
+
+bool attention_decode_mma_supported(const PagedAttention& p) {
+  // Tensor cores of sm_80+ on the device in use when first asked (one per
+  // process, as attention.cu's kernels assume), unless switched off.
+  static const bool enabled = [] {
+    const char* e = std::getenv("TANDEM_CUDA_DECODE_MMA");
+    int device = 0, major = 0;
+    return !(e && e[0] == '0') && cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+               cudaSuccess &&
+           major >= 8;
+  }();
+  return enabled && p.kv_bf16 && p.kv_heads > 0 && p.heads % p.kv_heads == 0 &&
+         p.heads / p.kv_heads <= kRowsPerWarp &&
+         (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256);
+}
+
+void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
+                          float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (!attention_decode_mma_supported(p))
+    fail("attention_decode_mma: heads %lld / kv_heads %lld of dim %lld over %s rows unsupported",
+         (long long)p.heads, (long long)p.kv_heads, (long long)p.head_dim,
+         p.kv_bf16 ? "bf16" : "f32");
+  const dim3 grid(unsigned(n * p.kv_heads), unsigned(p.splits));
+  if (p.head_dim == 64)
+    launch_decode<64>(grid, q, at, p, out, stream);
+  else if (p.head_dim == 128)
+    launch_decode<128>(grid, q, at, p, out, stream);
+  else
+    launch_decode<256>(grid, q, at, p, out, stream);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tandem::cuda
