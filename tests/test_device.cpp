@@ -130,6 +130,20 @@ TEST(Device, CliRunsOnTheCpuAndRefusesBadDevices) {
   auto bad = run_tandem("logits " + model + " --ids 1,2 --device gpu");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("--device: 'gpu' is not a device"), std::string::npos) << bad.err;
+  // --kv-cache-dtype: f32 is the CPU's own type; bf16 rows are CUDA's.
+  auto f32 = run_tandem("run " + model + " --ids 1,2,3 -n 4 --ignore-eos --json --device cpu " +
+                        "--kv-cache-dtype f32");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  EXPECT_EQ(f32.out, cpu.out);
+  for (const char* cmd : {"run --ids 1,2", "logits --ids 1,2", "bench --tokens 1"}) {
+    const std::string c(cmd);
+    const size_t space = c.find(' ');
+    auto rows = run_tandem(c.substr(0, space) + " " + model + c.substr(space) +
+                           " --device cpu --kv-cache-dtype bf16");
+    EXPECT_EQ(rows.exit_code, 1) << cmd;
+    EXPECT_NE(rows.err.find("--kv-cache-dtype bf16: the CPU keeps f32 KV rows"), std::string::npos)
+        << cmd << ": " << rows.err;
+  }
 }
 
 TEST(Device, ServeOnCudaWithoutAGpuExitsAtOnceSayingWhatToDo) {

@@ -27,6 +27,7 @@ struct RunOptions {
   uint64_t seed = 0;
   int threads = 0;
   std::string device = "auto";
+  std::string kv_cache_dtype = "auto";
   std::string quantize;  // --quantize q4|q8
   std::string mmproj;    // --mmproj FILE: the vision tower for --image
   bool json = false;
@@ -42,6 +43,7 @@ struct LogitsOptions {
   bool all = false;
   int threads = 0;
   std::string device = "auto";
+  std::string kv_cache_dtype = "auto";
   std::string quantize;  // --quantize q4|q8
   std::string mmproj;    // --mmproj FILE: the vision tower for --image
 };
@@ -98,7 +100,8 @@ int run_generate(const RunOptions& o, const DeviceChoice& device) {
   }
   const std::vector<int32_t> prompt = run_prompt(o, model_text.get(), tower.get(), prepared);
   ThreadPool pool(o.threads);
-  SequenceRunner seq = make_sequence_runner(device, *model, pool, int64_t(prompt.size()) + o.n);
+  SequenceRunner seq =
+      make_sequence_runner(device, *model, pool, int64_t(prompt.size()) + o.n, o.kv_cache_dtype);
   StepRunner& decoder = *seq.runner;
   SequenceKv kv;
   std::vector<float> logits(size_t(model->spec.vocab));
@@ -152,7 +155,7 @@ int run_logits(const LogitsOptions& o, const DeviceChoice& device) {
   model->mmproj = o.mmproj;
   ThreadPool pool(o.threads);
   const int64_t n = int64_t(ids.size()), V = model->spec.vocab;
-  SequenceRunner seq = make_sequence_runner(device, *model, pool, n);
+  SequenceRunner seq = make_sequence_runner(device, *model, pool, n, o.kv_cache_dtype);
   StepRunner& decoder = *seq.runner;
   SequenceKv kv;
   std::vector<float> logits(size_t(o.all ? n * V : V));
@@ -192,6 +195,7 @@ Runner add_run_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Random seed for sampling")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   add_device_option(cmd, o->device);
+  add_kv_cache_dtype_option(cmd, o->kv_cache_dtype);
   add_quantize_option(cmd, o->quantize);
   add_mmproj_option(cmd, o->mmproj);
   cmd->add_flag("--json", o->json, "Print {\"ids\": [...], \"text\": \"...\"} as JSON");
@@ -208,6 +212,7 @@ Runner add_run_command(CLI::App& app) {
   return [o] {
     check_mmproj(o->mmproj);
     const DeviceChoice device = resolve_device(o->device);  // before any download
+    resolve_kv_dtype(o->kv_cache_dtype, device);
     o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/true);
     return run_generate(*o, device);
   };
@@ -227,11 +232,13 @@ Runner add_logits_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   add_device_option(cmd, o->device);
+  add_kv_cache_dtype_option(cmd, o->kv_cache_dtype);
   add_quantize_option(cmd, o->quantize);
   add_mmproj_option(cmd, o->mmproj);
   return [o] {
     check_mmproj(o->mmproj);
     const DeviceChoice device = resolve_device(o->device);
+    resolve_kv_dtype(o->kv_cache_dtype, device);
     o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/false);
     return run_logits(*o, device);
   };
