@@ -86,20 +86,9 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t kv_dim = p.kv_heads * Dh, q_dim = p.heads * Dh;
   const int tile = tile_keys(Dh);
-  const int64_t pos = at.positions[t];
-  const int64_t lo = p.window > 0 ? (pos - p.window + 1 > 0 ? pos - p.window + 1 : 0) : 0;
-  const int64_t hi = at.key_end[t];
-  const int64_t chunk = (hi - lo + p.splits - 1) / p.splits;
-  const int64_t first = lo + split * chunk;
-  const int64_t end = first + chunk < hi ? first + chunk : hi;
-  // The sequence's block table, indexed by position / block_size.
-  const int64_t sq = at.seq[t];
-  const int32_t* table = at.tables + at.table_start[sq] - (at.first_block ? at.first_block[sq] : 0);
-  const int shift = p.block_shift;
-  const int64_t in_block = (int64_t(1) << shift) - 1;
-  auto row = [&](int64_t j) {  // offset of key j's row for this kv head
-    return ((int64_t(table[j >> shift]) << shift) + (j & in_block)) * kv_dim + kvh * Dh;
-  };
+  const KeyRange keys = split_keys(at, p, t, split);
+  const int64_t first = keys.first, end = keys.end;
+  const PagedRows rows = paged_rows(at, p, t, kvh);
 
   // Shared: q [G][Dh], K and V tiles [tile][Dh], weights [G][tile], and per
   // head m, l and this tile's correction.
@@ -148,7 +137,7 @@ __global__ void __launch_bounds__(kThreads)
       const int key = piece_key[u];
       kr[u] = vr[u] = kv_zero4<BF16>();
       if (key < n) {
-        const int64_t off = row(base + key) + 4 * piece_col[u];
+        const int64_t off = int64_t(rows.row(base + key)) + 4 * piece_col[u];
         kr[u] = kv_load4<BF16>(p.k_base, off);
         vr[u] = kv_load4<BF16>(p.v_base, off);
       }
@@ -174,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       for (int i = threadIdx.x; i < tile * Dh; i += kThreads) {
         const int key = i / Dh, d = i % Dh;
-        const int64_t off = key < n ? row(base + key) : -1;
+        const int64_t off = key < n ? int64_t(rows.row(base + key)) : -1;
         ks[i] = off >= 0 ? kv_load<BF16>(p.k_base, off + d) : 0.f;
         vs[i] = off >= 0 ? kv_load<BF16>(p.v_base, off + d) : 0.f;
       }
@@ -405,12 +394,7 @@ void launch_attention_typed(dim3 grid, const float* q, const StepLayout& at,
   const int64_t group = p.heads / p.kv_heads, G = (group + grid.z - 1) / grid.z, Dh = p.head_dim,
                 tile = tile_keys(Dh);
   const size_t smem = size_t(G * Dh + 2 * tile * Dh + G * tile + 3 * G) * sizeof(float);
-  static bool raised = false;  // once per instantiation: allow up to 96 KiB
-  if (!raised) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<OPT, BF16>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 96 << 10));
-    raised = true;
-  }
+  allow_opt_in_shared_memory(reinterpret_cast<const void*>(attention_kernel<OPT, BF16>));
   if (smem > (size_t(96) << 10))
     fail(
         "attention_paged: %zu bytes of shared memory for %lld heads of dim %lld per kv head "

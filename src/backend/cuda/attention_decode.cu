@@ -19,6 +19,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/mma.h"
 
@@ -56,15 +57,10 @@ __global__ void __launch_bounds__(32)
   const int G = int(p.heads / p.kv_heads);
   const int64_t t = blockIdx.x / p.kv_heads;
   const int kvh = int(blockIdx.x % p.kv_heads), split = int(blockIdx.y);
-  const int kv_dim = int(p.kv_heads) * DH, q_dim = int(p.heads) * DH;
+  const int q_dim = int(p.heads) * DH;
 
-  // The split's key range (attention.cu's split of [lo, key_end)).
-  const int64_t pos = at.positions[t];
-  const int64_t lo = p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
-  const int64_t hi = at.key_end[t];
-  const int64_t chunk = (hi - lo + p.splits - 1) / p.splits;
-  const int first = int(lo + split * chunk);
-  const int end = int(first + chunk < hi ? first + chunk : hi);
+  const KeyRange keys = split_keys(at, p, t, split);
+  const int first = int(keys.first), end = int(keys.end);
 
   // q · scale of the G heads as hi/lo parts; rows past G are zeros.
   const float* qt = q + t * q_dim + size_t(kvh) * G * DH;
@@ -78,14 +74,7 @@ __global__ void __launch_bounds__(32)
     *reinterpret_cast<uint32_t*>(q_lo + r * P + c) = l2;
   }
 
-  // The sequence's blocks, indexed by position / block_size.
-  const int64_t sq = at.seq[t];
-  const int32_t* table = at.tables + at.table_start[sq] - (at.first_block ? at.first_block[sq] : 0);
-  const int shift = p.block_shift, in_block = (1 << shift) - 1;
-  auto row = [&](int j) {  // key j's row for this kv head, in values
-    return (size_t(uint32_t(table[j >> shift])) << shift | size_t(j & in_block)) * kv_dim +
-           size_t(kvh) * DH;
-  };
+  const PagedRows rows = paged_rows(at, p, t, kvh);
   const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
   const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
   // Keys [kb, kb + KT) into stage st, zeros past the split's end.
@@ -93,7 +82,7 @@ __global__ void __launch_bounds__(32)
     for (int i = lane; i < KT * (DH / 8); i += 32) {
       const int key = i / (DH / 8), c = 8 * (i % (DH / 8));
       const bool ok = kb + key < end;
-      const size_t r = ok ? row(kb + key) + c : 0;
+      const size_t r = ok ? rows.row(kb + key) + c : 0;
       cp_async16(k_tiles + (st * KT + key) * P + c, kbase + r, ok);
       cp_async16(v_tiles + (st * KT + key) * P + c, vbase + r, ok);
     }
@@ -174,31 +163,23 @@ template <int DH>
 void launch_decode(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
                    float* out, cudaStream_t stream) {
   constexpr size_t smem = decode_smem_bytes(DH);
-  if constexpr (smem > (size_t(48) << 10)) {
-    static bool raised = false;  // once per process (one device), as attention.cu
-    if (!raised) {
-      CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<DH>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      raised = true;
-    }
-  }
+  if constexpr (smem > (size_t(48) << 10))
+    allow_opt_in_shared_memory(reinterpret_cast<const void*>(decode_attention_kernel<DH>));
   launch(decode_attention_kernel<DH>, grid, 32, smem, stream, q, at, p, out);
 }
 
 }  // namespace
 
 bool attention_decode_mma_supported(const PagedAttention& p) {
-  // Tensor cores of sm_80+ on the device in use when first asked (one per
-  // process, as attention.cu's kernels assume), unless switched off.
+  // Tensor cores of sm_80+ on the device in use, unless switched off.
   static const bool enabled = [] {
     const char* e = std::getenv("TANDEM_CUDA_DECODE_MMA");
-    int device = 0, major = 0;
-    return !(e && e[0] == '0') && cudaGetDevice(&device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-               cudaSuccess &&
-           major >= 8;
+    return !(e && e[0] == '0');
   }();
-  return enabled && p.kv_bf16 && p.kv_heads > 0 && p.heads % p.kv_heads == 0 &&
+  int device = 0;
+  if (!enabled || cudaGetDevice(&device) != cudaSuccess || launch_limits(device).cc_major < 8)
+    return false;
+  return p.kv_bf16 && p.kv_heads > 0 && p.heads % p.kv_heads == 0 &&
          p.heads / p.kv_heads <= kRowsPerWarp &&
          (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256);
 }

@@ -22,6 +22,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/mma.h"
 
@@ -68,19 +69,13 @@ __device__ inline Smem carve(void* base, int head_dim, int dv) {
   return s;
 }
 
-// Where a key tile's rows are: the sequence's block table (indexed by
-// position / block_size), the layer's row layout, and the block's key range
-// (keys outside it are never read).
+// Where a key tile's rows are (the sequence's paged rows of the kv head) and
+// the block's key range (keys outside it are never read).
 struct TileRows {
-  const int32_t* table;
-  int shift, kv_dim, head_offset, range_lo, key_hi;
+  PagedRows rows;
+  int range_lo, key_hi;
   __device__ __forceinline__ bool has(int key) const { return key >= range_lo && key < key_hi; }
-  // Key j's row for this kv head, in values.
-  __device__ __forceinline__ size_t row(int j) const {
-    return (size_t(uint32_t(table[j >> shift])) << shift | size_t(j & ((1 << shift) - 1))) *
-               size_t(kv_dim) +
-           size_t(head_offset);
-  }
+  __device__ __forceinline__ size_t row(int j) const { return rows.row(j); }
 };
 
 // bf16 rows: keys [kb, kb + 32) into stage `st` as they are stored, 16 bytes
@@ -152,7 +147,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int d0 = int(blockIdx.z) * DV;  // this block's output dims [d0, d0 + DV)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, tq = lane % 4;  // mma fragment coordinates
-  const int kv_dim = int(p.kv_heads) * Dh, q_dim = int(p.heads) * Dh;
+  const int q_dim = int(p.heads) * Dh;
 
   // Query rows: key ranges, and the block's union of them.
   if (threadIdx.x == 0) {
@@ -164,8 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     int lo = 0, hi = 0;  // rows past the tile see no key
     if (int(threadIdx.x) < rows) {
       const int t = t0 + int(threadIdx.x);
-      const int64_t pos = at.positions[t];
-      lo = p.window > 0 && pos - p.window + 1 > 0 ? int(pos - p.window + 1) : 0;
+      lo = int(first_key(at, p, t));
       hi = int(at.key_end[t]);
       atomicMin(&sm.range[0], lo);
       atomicMax(&sm.range[1], hi);
@@ -197,15 +191,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       warp_hi = max(warp_hi, sm.row_hi[r]);
     }
 
-  // The sequence's blocks, indexed by position / block_size.
-  const int sq = at.seq[t0];
-  TileRows src;
-  src.table = at.tables + at.table_start[sq] - (at.first_block ? int(at.first_block[sq]) : 0);
-  src.shift = p.block_shift;
-  src.kv_dim = kv_dim;
-  src.head_offset = kvh * Dh;
-  src.range_lo = range_lo;
-  src.key_hi = key_hi;
+  const TileRows src{paged_rows(at, p, t0, kvh), range_lo, key_hi};
 
   float o[DV / 8][4];
 #pragma unroll
@@ -294,8 +280,7 @@ template <int DV, bool BF16>
 void launch_prefill_typed(dim3 grid, size_t smem, const float* q, const StepLayout& at,
                           const PagedAttention& p, const int32_t* tiles, float* out,
                           cudaStream_t stream) {
-  CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<DV, BF16>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_opt_in_shared_memory(reinterpret_cast<const void*>(prefill_attention_kernel<DV, BF16>));
   launch(prefill_attention_kernel<DV, BF16>, grid, kWarps * 32, smem, stream, q, at, p, tiles, out);
 }
 
@@ -313,12 +298,8 @@ void launch_prefill(dim3 grid, size_t smem, const float* q, const StepLayout& at
 
 bool attention_prefill_supported(int64_t head_dim, int device) {
   if (head_dim <= 0 || head_dim % 16 != 0 || head_dim > 512) return false;
-  int major = 0, optin = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess)
-    return false;
-  return major >= 8 && smem_bytes(int(head_dim), dv_for(head_dim)) <= size_t(optin);
+  const LaunchLimits limits = launch_limits(device);
+  return limits.cc_major >= 8 && smem_bytes(int(head_dim), dv_for(head_dim)) <= limits.smem_optin;
 }
 
 std::vector<int32_t> attention_prefill_tiles(const int32_t* seq, int64_t n) {

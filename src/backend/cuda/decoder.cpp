@@ -1099,10 +1099,11 @@ void Decoder::step(std::span<const SeqStep> batch) {
   // The step's key class: the most keys any token attends, as a power of
   // two — only while a split cap uses it (otherwise one class, so decode
   // graphs are not captured again as contexts grow).
-  int64_t max_keys = 1;
-  for (int64_t r = 0; r < tokens; ++r) max_keys = std::max(max_keys, key_end[r]);
   m.key_class = 64;
-  while (decode_min_split_keys() > 1 && m.key_class < max_keys) m.key_class *= 2;
+  if (decode_min_split_keys() > 1) {
+    const int64_t max_keys = *std::max_element(key_end, key_end + tokens);
+    while (m.key_class < max_keys) m.key_class *= 2;
+  }
   // Prefill attention's query tiles (eager steps with a run of tokens).
   m.prefill_tiles = m.decode_prefix = 0;
   int64_t longest_run = 0;

@@ -1,12 +1,67 @@
-// Reading and writing the paged KV rows in either of their types (device
-// code, for the .cu files): f32, or bf16 (PagedAttention::kv_bf16), whose
-// values are rounded to nearest even as core/dtype.h's f32_to_bf16 does, so
-// the CPU reference can round its copy the same way.
+// The paged KV rows for the attention kernels (device code, for the .cu
+// files): where a token's keys live and which of them it (or one of its key
+// splits) reads; and reading and writing the rows in either of their
+// types: f32, or bf16 (PagedAttention::kv_bf16), whose values are rounded
+// to nearest even as core/dtype.h's f32_to_bf16 does, so the CPU reference
+// can round its copy the same way.
 #pragma once
 
 #include <cstdint>
 
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/mma.h"
+
 namespace tandem::cuda {
+
+// A sequence's rows of one kv head in a layer's paged storage: key j is row
+// j % block_size of block table[j / block_size] (the table already shifted
+// by the sequence's first block on sliding layers), at `head_offset` values
+// into a row of kv_dim values.
+struct PagedRows {
+  const int32_t* table;
+  int shift;  // log2(block_size)
+  int kv_dim, head_offset;
+  // The offset of key j's row, in values (32-bit index math for int keys).
+  __device__ __forceinline__ size_t row(int64_t j) const {
+    return size_t(((int64_t(table[j >> shift]) << shift) + (j & ((int64_t(1) << shift) - 1))) *
+                      int64_t(kv_dim) +
+                  int64_t(head_offset));
+  }
+  __device__ __forceinline__ size_t row(int j) const {
+    return (size_t(uint32_t(table[j >> shift])) << shift | size_t(j & ((1 << shift) - 1))) *
+               size_t(kv_dim) +
+           size_t(head_offset);
+  }
+};
+
+// Token t's rows of kv head kvh (p.block_shift set).
+__device__ __forceinline__ PagedRows paged_rows(const StepLayout& at, const PagedAttention& p,
+                                                int64_t t, int64_t kvh) {
+  const int64_t s = at.seq[t];
+  return PagedRows{at.tables + at.table_start[s] - (at.first_block ? at.first_block[s] : 0),
+                   p.block_shift, int(p.kv_heads * p.head_dim), int(kvh * p.head_dim)};
+}
+
+// The first key token t attends: the start of its window, else 0.
+__device__ __forceinline__ int64_t first_key(const StepLayout& at, const PagedAttention& p,
+                                             int64_t t) {
+  const int64_t pos = at.positions[t];
+  return p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+}
+
+// The keys [first, end) of split `split` of p.splits for token t: its keys
+// [first_key, key_end) cut in chunks of equal length (the last ones may be
+// short or empty).
+struct KeyRange {
+  int64_t first, end;
+};
+__device__ __forceinline__ KeyRange split_keys(const StepLayout& at, const PagedAttention& p,
+                                               int64_t t, int split) {
+  const int64_t lo = first_key(at, p, t), hi = at.key_end[t];
+  const int64_t chunk = (hi - lo + p.splits - 1) / p.splits;
+  const int64_t first = lo + split * chunk;
+  return KeyRange{first, first + chunk < hi ? first + chunk : hi};
+}
 
 // Four consecutive values as raw registers: float4 for f32 rows, uint2 (four
 // bf16) for bf16 ones, so a bf16 tile held for the next iteration takes
@@ -22,9 +77,8 @@ struct KvRaw4<true> {
   using type = uint2;
 };
 
-__device__ __forceinline__ float bf16_low(uint32_t w) {
-  return __uint_as_float(w << 16);
-}
+// The upper of two bf16 values packed in a word (mma.h's bf16_value takes the
+// lower).
 __device__ __forceinline__ float bf16_high(uint32_t w) {
   return __uint_as_float(w & 0xffff0000u);
 }
@@ -41,7 +95,7 @@ __device__ __forceinline__ float4 kv_widen(float4 v) {
   return v;
 }
 __device__ __forceinline__ float4 kv_widen(uint2 v) {
-  return make_float4(bf16_low(v.x), bf16_high(v.x), bf16_low(v.y), bf16_high(v.y));
+  return make_float4(bf16_value(v.x), bf16_high(v.x), bf16_value(v.y), bf16_high(v.y));
 }
 template <bool BF16>
 __device__ __forceinline__ typename KvRaw4<BF16>::type kv_zero4() {
@@ -55,16 +109,17 @@ __device__ __forceinline__ typename KvRaw4<BF16>::type kv_zero4() {
 template <bool BF16>
 __device__ __forceinline__ float kv_load(const void* base, int64_t i) {
   if constexpr (BF16)
-    return bf16_low(static_cast<const uint16_t*>(base)[i]);
+    return bf16_value(static_cast<const uint16_t*>(base)[i]);
   else
     return static_cast<const float*>(base)[i];
 }
 
-// The bf16 bits of f, rounded to nearest even (NaN stays a quiet NaN).
+// The bf16 bits of f, rounded to nearest even (mma.h's bf16_bits), NaN
+// kept a quiet NaN.
 __device__ __forceinline__ uint16_t kv_bf16_bits(float f) {
   const uint32_t b = __float_as_uint(f);
   if ((b & 0x7fffffffu) > 0x7f800000u) return uint16_t((b >> 16) | 0x40u);
-  return uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+  return uint16_t(bf16_bits(f));
 }
 
 // base[i] = v, in the rows' type.

@@ -3,7 +3,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/check.h"
 
@@ -83,6 +87,36 @@ DeviceInfo device_info(int index) {
   CUDA_CHECK(cudaMemGetInfo(&d.free_bytes, &d.total_bytes));
   CUDA_CHECK(cudaSetDevice(current));
   return d;
+}
+
+LaunchLimits launch_limits(int device) {
+  static std::mutex mu;
+  static std::map<int, LaunchLimits> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  LaunchLimits l;
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&l.cc_major, cudaDevAttrComputeCapabilityMajor, device) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    cudaGetLastError();  // an unusable device: no limits (nothing launches), not remembered
+    return LaunchLimits{};
+  }
+  l.smem_optin = size_t(optin);
+  return known[device] = l;
+}
+
+void allow_opt_in_shared_memory(const void* kernel) {
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done.insert({kernel, device}).second) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(launch_limits(device).smem_optin)));
 }
 
 static std::string version_string(int v) {

@@ -22,6 +22,18 @@ struct DeviceInfo {
 // driver older than the runtime, no GPU).
 int device_count(std::string* why);
 DeviceInfo device_info(int index);
+// What kernel launches check of a device, queried once per device (cheap to
+// ask per launch): its compute capability major and the shared memory a
+// block may opt in to (zeros for a device that cannot be queried).
+struct LaunchLimits {
+  int cc_major = 0;
+  size_t smem_optin = 0;
+};
+LaunchLimits launch_limits(int device);
+// Lets `kernel` (a __global__ function's address) take up to the current
+// device's opt-in shared memory per block: cudaFuncSetAttribute, a
+// per-device setting, done once per kernel and device.
+void allow_opt_in_shared_memory(const void* kernel);
 // Whether the kernels this thread launches now use programmatic dependent
 // launch (launch.h): the device is sm_90 or newer and either a PdlScope
 // asks for it or TANDEM_CUDA_PDL=1 (TANDEM_CUDA_PDL=0: never). Measured on
