@@ -1,6 +1,9 @@
 // Every CUDA kernel against the CPU backend (the reference oracle), on random
 // data with odd shapes. Tolerances, per op:
 //  - gemv_bf16: |gpu - cpu| ≤ 1e-5 · Σ|w·x| + 1e-6 (f32 sums in another order);
+//  - gemv_bf16 and gemv_f32 with each fusion (input norm, bias, residual
+//    add, gated activation) against the unfused math in double
+//    (gemv_reference.h states the bound);
 //  - rmsnorm, gated activations, soft-cap: 2e-6 relative + 1e-6 absolute
 //    (fast-math exp/tanh);
 //  - embedding gather: exact.
@@ -16,8 +19,10 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "cuda_test_util.h"
+#include "gemv_reference.h"
 
 using namespace tandem;
 using namespace tandem::cuda_test;
@@ -89,6 +94,58 @@ TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
                         << " cpu " << want[i];
       EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n;
     }
+}
+
+// Every fusion on both weight types and every kernel path: 16-byte bf16
+// chunks (cols % 8 == 0), float4 f32 rows (cols % 4 == 0) and the
+// one-element path (cols 70), batches 1 to 9 (one and two runs of 8), odd
+// row counts (the gated cases need even ones).
+TEST_F(CudaKernels, GemvFusionsMatchTheUnfusedMath) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{34, 70}, Shape{1024, 2048}})
+    for (bool bf16 : {true, false})
+      for (const HostFusion& f : fusion_cases(s.rows, s.cols))
+        for (int64_t n : {1, 2, 3, 5, 8, 9}) {
+          const auto wf = random_floats(size_t(s.rows * s.cols), 21, 0.05f);
+          const auto w16 = to_bf16(wf);
+          std::vector<float> W(wf.size());
+          for (size_t i = 0; i < W.size(); ++i) W[i] = bf16 ? bf16_to_f32(w16[i]) : wf[i];
+          const auto x = random_floats(size_t(n * s.cols), 22, 2.f);
+          const auto base = random_floats(size_t(n * s.rows), 23);
+          const int64_t outputs = f.gate != cuda::GemvGate::None ? s.rows / 2 : s.rows;
+          auto dw16 = upload(w16);
+          auto dwf = upload(wf);
+          auto dx = upload(x);
+          auto dy = upload(f.accumulate ? base : std::vector<float>(size_t(n * outputs), 0.f));
+          DeviceFusion df(f);
+          if (bf16)
+            cuda::gemv_bf16(dw16.as<uint16_t>(), s.rows, s.cols, dx.as<float>(), n, dy.as<float>(),
+                            nullptr, df.fusion);
+          else
+            cuda::gemv_f32(dwf.as<float>(), s.rows, s.cols, dx.as<float>(), n, dy.as<float>(),
+                           nullptr, df.fusion);
+          expect_fused_gemv(download<float>(dy, size_t(n * outputs)), W, s.rows, s.cols, x, n, f,
+                            base,
+                            std::string(bf16 ? "bf16 " : "f32 ") + std::to_string(s.rows) + "x" +
+                                std::to_string(s.cols) + " n=" + std::to_string(n) + " " + f.name);
+        }
+}
+
+TEST_F(CudaKernels, GemvRejectsFusionsItCannotDo) {
+  cuda::DeviceBuffer w(64 * 64 * 2), x(64 * 4), y(64 * 4);
+  cuda::GemvFusion gated_add;
+  gated_add.gate = cuda::GemvGate::SiLU;
+  gated_add.accumulate = true;
+  EXPECT_THROW(cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x.as<float>(), 1, y.as<float>(), nullptr,
+                               gated_add),
+               Error);
+  cuda::GemvFusion gated;
+  gated.gate = cuda::GemvGate::SiLU;
+  EXPECT_THROW(
+      cuda::gemv_bf16(w.as<uint16_t>(), 63, 64, x.as<float>(), 1, y.as<float>(), nullptr, gated),
+      Error);
 }
 
 TEST_F(CudaKernels, RmsnormMatchesCpu) {

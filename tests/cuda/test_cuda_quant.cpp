@@ -1,7 +1,9 @@
 // Affine 4/8-bit weights on the GPU against the CPU's dequantization
 // (core/quant.h dequantize_row, the reference):
 //  - gemv_affine: |gpu - ref| ≤ 1e-5 · Σ|w·x| + 1e-6 (f32 sums in another
-//    order), bits 4 and 8, groups 32/64/128, batches 1, 3 and 9;
+//    order), bits 4 and 8, groups 32/64/128, batches 1, 3 and 9; and with
+//    each fusion (input norm, bias, residual add, gated activation) against
+//    the unfused math in double (gemv_reference.h states the bound);
 //  - dequantize_affine_bf16 and embed_rows_affine: bit-exact;
 //  - cuda::Decoder on on-load-quantized fixtures with
 //    TANDEM_CUDA_PACKED_QUANT=1 (the matrices stay packed on the device:
@@ -30,6 +32,7 @@
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "cuda_test_util.h"
+#include "gemv_reference.h"
 #include "model/decoder.h"
 #include "model/kv_pool.h"
 
@@ -116,6 +119,33 @@ TEST(CudaQuant, GemvMatchesTheDequantizedReference) {
             }
           }
           EXPECT_EQ(bad, 0) << bits << "-bit group " << group << " n " << n;
+        }
+}
+
+TEST(CudaQuant, GemvFusionsMatchTheUnfusedMath) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  for (int64_t rows : {int64_t(38), int64_t(37)})
+    for (int bits : {4, 8})
+      for (const HostFusion& f : fusion_cases(rows, 384))
+        for (int64_t n : {1, 2, 3, 9}) {
+          const int64_t cols = 384;
+          RandomAffine w(bits, 64, rows, cols, uint32_t(bits * 100 + n + rows));
+          std::vector<float> W;
+          for (int64_t r = 0; r < rows; ++r) {
+            const std::vector<float> wr = w.row(r);
+            W.insert(W.end(), wr.begin(), wr.end());
+          }
+          const auto x = random_floats(size_t(n * cols), 31, 2.f);
+          const auto base = random_floats(size_t(n * rows), 32);
+          const int64_t outputs = f.gate != cuda::GemvGate::None ? rows / 2 : rows;
+          auto dx = upload(x);
+          auto dy = upload(f.accumulate ? base : std::vector<float>(size_t(n * outputs), 0.f));
+          DeviceFusion df(f);
+          cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr, df.fusion);
+          expect_fused_gemv(download<float>(dy, size_t(n * outputs)), W, rows, cols, x, n, f, base,
+                            std::to_string(bits) + "-bit " + std::to_string(rows) +
+                                " rows n=" + std::to_string(n) + " " + f.name);
         }
 }
 

@@ -1,5 +1,6 @@
 // Row-wise and element-wise ops: RMSNorm, gated activations, soft-cap and
 // the embedding gather (f32 math, as the CPU backend).
+#include "backend/cuda/activations.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -37,15 +38,6 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restr
   __syncthreads();
   const float r = rsqrtf(partial[0] / float(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * r * (w ? w[i] : 1.f);
-}
-
-__device__ __forceinline__ float silu(float v) {
-  return v / (1.f + __expf(-v));
-}
-
-__device__ __forceinline__ float gelu_tanh(float v) {
-  const float k = 0.7978845608028654f;  // sqrt(2/pi)
-  return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v)));
 }
 
 // The one gated activation: out[r, i] = act(gate[r, i]) · up[r, i] over rows

@@ -12,16 +12,40 @@
 
 namespace tandem::cuda {
 
+// The gated activation a GEMV may apply to its output (GemvFusion::gate).
+enum class GemvGate { None, SiLU, GeluTanh };
+
+// What a decode GEMV does around y = x · Wᵀ, so that a batch-1 step does not
+// pay a kernel (its launch and ramp-up, ~3 µs) for each small op between
+// two projections. Every field is optional; the default is the plain GEMV.
+//  - normalize: the product uses rmsnorm(x[t]) · norm_weight (no weight when
+//    null) over the cols of x, eps norm_eps: x is the raw residual stream,
+//    and the kernel computes its RMS in the same pass as the product;
+//  - bias[r] is added to output row r (before the gate);
+//  - accumulate: y[t, r] += result (the residual add), else y[t, r] = result;
+//  - gate: W holds 2F rows, the gate's then the up projection's; y is
+//    [n, F] with y[t, j] = act(gate row j) · (up row j) (the gated MLP).
+// accumulate and gate exclude each other.
+struct GemvFusion {
+  bool normalize = false;
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.f;
+  const float* bias = nullptr;
+  bool accumulate = false;
+  GemvGate gate = GemvGate::None;
+};
+
 // y[t, r] = Σ_c W[r, c] · x[t, c] for t < n, r < rows: the decode GEMV
-// (n = batch, small). W: [rows, cols] bf16, row-major; x: [n, cols] f32;
-// y: [n, rows] f32. One warp per output row streams the row with 16-byte
-// loads (when cols % 8 == 0) and keeps up to 8 batch rows in registers.
+// (n = batch, small), with the fusions above. W: [rows, cols] bf16,
+// row-major; x: [n, cols] f32; y: [n, rows] f32 ([n, rows / 2] gated). A
+// warp streams one to four rows with 16-byte loads (when cols % 8 == 0),
+// keeping up to 8 batch rows in registers.
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
-               cudaStream_t stream);
+               cudaStream_t stream, const GemvFusion& fusion = {});
 
 // The same over f32 weights (W: [rows, cols] f32).
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
-              cudaStream_t stream);
+              cudaStream_t stream, const GemvFusion& fusion = {});
 
 // y[t, i] += b[i] for t < n, i < dim.
 void add_bias(float* y, const float* b, int64_t n, int64_t dim, cudaStream_t stream);
@@ -242,8 +266,9 @@ void sample_rows(float* logits, int64_t samples, int64_t vocab, const SampleRow*
 
 // A matrix of affine-quantized weights on the device (MLX layout): codes of
 // `bits` (4 or 8) packed little-endian in uint32 words, rows of
-// cols · bits / 32 words (16-byte aligned); scales and biases f32
-// [rows, cols / group], group 32, 64 or 128; w = scale · q + bias.
+// cols · bits / 32 words (4-byte aligned: the kernels read whole words);
+// scales and biases f32 [rows, cols / group], group 32, 64 or 128;
+// w = scale · q + bias.
 struct AffineMatrix {
   const uint32_t* data = nullptr;
   const float* scales = nullptr;
@@ -252,8 +277,10 @@ struct AffineMatrix {
   int64_t rows = 0, cols = 0;
 };
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n (x 16-byte aligned): the decode
-// GEMV streaming the packed codes (f32 math: Σ scale · q · x + bias · x).
-void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream);
+// GEMV streaming the packed codes (f32 math: Σ (scale · q + bias) · x), with
+// the fusions of GemvFusion.
+void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
+                 const GemvFusion& fusion = {});
 // out[i, c] = bf16(w[r0 + i, c]) for i < m: tiles for cuBLAS prefill; and,
 // when out_lo is not null, out_lo[i, c] = bf16(w - out[i, c]) (the two
 // parts carry 16 significant bits).

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/gemv_fusion.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 
@@ -13,14 +14,7 @@ namespace tandem::cuda {
 
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kMaxBatch = 8;
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using namespace gemv;
 
 // Code j of a packed word as a float, without an int-to-float conversion
 // (a quarter-rate instruction): the code's byte goes under the exponent of
@@ -46,76 +40,102 @@ __device__ __forceinline__ void unpack_word(uint32_t word, float (&q)[32 / BITS]
   }
 }
 
-// y[t, r] = Σ_c (scale[r, g(c)] · q[r, c] + bias[r, g(c)]) · x[t, c]: each
-// weight is dequantized once (one fma) and used for every batch row; the
-// factored form scale · Σ q·x + bias · Σ x cost as much and lost accuracy to
-// cancellation between its two terms. One warp per output row. Lane i takes the row's 32-bit words
-// i, i + 32,
-// ... (8 codes at 4 bits, 4 at 8, always inside one group since groups are
-// multiples of 32 columns), UNROLL words in flight, the first of them
-// issued before the PDL wait (weights are never written). Consecutive lanes
-// read consecutive words, so a warp's activation loads for them cover one
-// contiguous span: with a 16-byte chunk per lane, each lane's activations
-// sat 128 bytes from its neighbour's and every load touched 32 cache lines,
-// which held the kernel to a tenth of the bandwidth. Index math is 32-bit
-// with the group size as a shift.
-template <int N, int BITS, int UNROLL>
+// y[t, r] = Σ_c (scale[r, g(c)] · q[r, c] + bias[r, g(c)]) · x[t, c], with
+// the fusions of GemvFusion: each weight is dequantized once (one fma) and
+// used for every batch row; the factored form scale · Σ q·x + bias · Σ x cost
+// as much and lost accuracy to cancellation between its two terms. A warp
+// streams ROWS rows (WarpRows: one, or a gate/up pair when gated). Lane i
+// takes each row's 32-bit words i, i + 32, ... (8 codes at 4 bits, 4 at 8,
+// always inside one group since groups are multiples of 32 columns), UNROLL
+// words per row in flight, the first of them issued before the PDL wait
+// (weights are never written). Consecutive lanes read consecutive words, so
+// a warp's activation loads for them cover one contiguous span: with a
+// 16-byte chunk per lane, each lane's activations sat 128 bytes from its
+// neighbour's and every load touched 32 cache lines, which held the kernel
+// to a tenth of the bandwidth. Index math is 32-bit with the group size as a
+// shift.
+template <int N, int BITS, int ROWS, int UNROLL, bool GATED>
 __global__ void gemv_affine_kernel(const uint32_t* __restrict__ W, const float* __restrict__ scales,
                                    const float* __restrict__ biases, int group_shift, int rows,
-                                   int cols, const float* __restrict__ x, float* __restrict__ y) {
+                                   int cols, const float* __restrict__ x, float* y, GemvFusion f) {
   constexpr int C = 32 / BITS;  // codes per word
   constexpr int kWordShift = BITS == 4 ? 3 : 2;
-  const int row = int(blockIdx.x) * kWarpsPerBlock + int(threadIdx.x / 32);
+  const WarpRows<ROWS, GATED> wr(int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32, rows);
   const int lane = threadIdx.x % 32;
   pdl_launch_dependents();
-  if (row >= rows) return;  // reads and writes nothing
+  if (!wr.any()) return;  // reads and writes nothing
   const int words = cols / C, groups = cols >> group_shift;
   const int word_group_shift = group_shift - kWordShift;  // word index -> group index
-  const uint32_t* w = W + size_t(row) * size_t(words);
-  const float* sc = scales + size_t(row) * size_t(groups);
-  const float* bi = biases + size_t(row) * size_t(groups);
-  float acc[N];
+  const uint32_t* w[ROWS];
+  const float *sc[ROWS], *bi[ROWS];
 #pragma unroll
-  for (int t = 0; t < N; ++t) acc[t] = 0.f;
-  uint32_t v[UNROLL];
+  for (int r = 0; r < ROWS; ++r) {
+    const int row = int(wr.row(r));
+    w[r] = W + size_t(row) * size_t(words);
+    sc[r] = scales + size_t(row) * size_t(groups);
+    bi[r] = biases + size_t(row) * size_t(groups);
+  }
+  float acc[ROWS][N], ss[N];
 #pragma unroll
-  for (int u = 0; u < UNROLL; ++u)
-    if (lane + 32 * u < words) v[u] = __ldg(w + lane + 32 * u);
+  for (int t = 0; t < N; ++t) {
+    ss[t] = 0.f;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) acc[r][t] = 0.f;
+  }
+  uint32_t v[ROWS][UNROLL];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (lane + 32 * u < words) v[r][u] = __ldg(w[r] + lane + 32 * u);
   pdl_wait();
   for (int i = lane; i < words; i += 32 * UNROLL) {
     if (i != lane) {
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u)
-        if (i + 32 * u < words) v[u] = __ldg(w + i + 32 * u);
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+          if (i + 32 * u < words) v[r][u] = __ldg(w[r] + i + 32 * u);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int c = i + 32 * u;
       if (c >= words) break;
       const int g = c >> word_group_shift;
-      const float s = __ldg(sc + g), b = __ldg(bi + g);
-      float wq[C];  // the word's weights, scale · q + bias
-      unpack_word<BITS>(v[u], wq);
+      float wq[ROWS][C];  // the word's weights, scale · q + bias
 #pragma unroll
-      for (int j = 0; j < C; ++j) wq[j] = fmaf(s, wq[j], b);
+      for (int r = 0; r < ROWS; ++r) {
+        const float s = __ldg(sc[r] + g), b = __ldg(bi[r] + g);
+        unpack_word<BITS>(v[r][u], wq[r]);
+#pragma unroll
+        for (int j = 0; j < C; ++j) wq[r][j] = fmaf(s, wq[r][j], b);
+      }
+      float4 gw[C / 4];  // the norm weight over the word's columns
+#pragma unroll
+      for (int j = 0; j < C / 4; ++j)
+        gw[j] = f.normalize && f.norm_weight
+                    ? __ldg(reinterpret_cast<const float4*>(f.norm_weight + size_t(c) * C) + j)
+                    : make_float4(1.f, 1.f, 1.f, 1.f);
 #pragma unroll
       for (int t = 0; t < N; ++t) {
         const float4* xp =
             reinterpret_cast<const float4*>(x + size_t(t) * size_t(cols) + size_t(c) * C);
 #pragma unroll
         for (int j = 0; j < C / 4; ++j) {
-          const float4 a = __ldg(xp + j);
-          acc[t] +=
-              wq[4 * j] * a.x + wq[4 * j + 1] * a.y + wq[4 * j + 2] * a.z + wq[4 * j + 3] * a.w;
+          float4 a = __ldg(xp + j);
+          if (f.normalize) {
+            ss[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+            a.x *= gw[j].x, a.y *= gw[j].y, a.z *= gw[j].z, a.w *= gw[j].w;
+          }
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r)
+            acc[r][t] += wq[r][4 * j] * a.x + wq[r][4 * j + 1] * a.y + wq[r][4 * j + 2] * a.z +
+                         wq[r][4 * j + 3] * a.w;
         }
       }
     }
   }
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    const float sum = warp_sum(acc[t]);
-    if (lane == 0) y[size_t(t) * size_t(rows) + size_t(row)] = sum;
-  }
+  finish<N, ROWS, GATED>(wr, acc, ss, cols, f, y);
 }
 
 __device__ __forceinline__ uint16_t to_bf16(float f) {
@@ -183,55 +203,57 @@ int log2_exact(int v) {
   return s;
 }
 
-// A 2,048-column row is 256 words at 4 bits: 8 per lane, all in flight.
-template <int N, int BITS>
-void launch_gemv(const AffineMatrix& w, const float* x, float* y, cudaStream_t stream) {
-  constexpr int kUnroll = N <= 2 ? 8 : 4;
-  const unsigned blocks = unsigned((w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  launch(gemv_affine_kernel<N, BITS, kUnroll>, blocks, kWarpsPerBlock * 32, 0, stream, w.data,
-         w.scales, w.biases, log2_exact(w.group), int(w.rows), int(w.cols), x, y);
+// A 2,048-column row is 256 words at 4 bits: 8 per lane, all in flight
+// (gated: 4 for each row of the pair).
+template <int N, int BITS, bool GATED>
+void launch_gemv(const AffineMatrix& w, const float* x, float* y, const GemvFusion& f,
+                 cudaStream_t stream) {
+  constexpr int kRows = GATED ? 2 : 1;
+  constexpr int kUnroll = (N <= 2 ? 8 : 4) / kRows;
+  const int64_t units = WarpRows<kRows, GATED>::units(w.rows);
+  const unsigned blocks = unsigned((units + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  launch(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED>, blocks, kWarpsPerBlock * 32, 0, stream,
+         w.data, w.scales, w.biases, log2_exact(w.group), int(w.rows), int(w.cols), x, y, f);
 }
 
 template <int BITS>
-void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream) {
-  for (int64_t t0 = 0; t0 < n; t0 += kMaxBatch) {
-    const int64_t m = n - t0 < kMaxBatch ? n - t0 : kMaxBatch;
-    const float* xt = x + t0 * w.cols;
-    float* yt = y + t0 * w.rows;
-    switch (m) {
-      case 1: launch_gemv<1, BITS>(w, xt, yt, stream); break;
-      case 2: launch_gemv<2, BITS>(w, xt, yt, stream); break;
-      case 3: launch_gemv<3, BITS>(w, xt, yt, stream); break;
-      case 4: launch_gemv<4, BITS>(w, xt, yt, stream); break;
-      case 5: launch_gemv<5, BITS>(w, xt, yt, stream); break;
-      case 6: launch_gemv<6, BITS>(w, xt, yt, stream); break;
-      case 7: launch_gemv<7, BITS>(w, xt, yt, stream); break;
-      default: launch_gemv<8, BITS>(w, xt, yt, stream); break;
-    }
-  }
+void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const GemvFusion& f,
+               cudaStream_t stream) {
+  const bool gated = f.gate != GemvGate::None;
+  const int64_t outputs = gated ? w.rows / 2 : w.rows;
+  for_batch_runs(n, [&](auto run, int64_t t0) {
+    constexpr int N = decltype(run)::value;
+    if (gated)
+      launch_gemv<N, BITS, true>(w, x + t0 * w.cols, y + t0 * outputs, f, stream);
+    else
+      launch_gemv<N, BITS, false>(w, x + t0 * w.cols, y + t0 * outputs, f, stream);
+  });
 }
 
 void check(const AffineMatrix& w, const char* what) {
   if ((w.bits != 4 && w.bits != 8) || (w.group != 32 && w.group != 64 && w.group != 128) ||
-      w.cols % w.group != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
+      w.cols % w.group != 0 || reinterpret_cast<uintptr_t>(w.data) % 4 != 0)
     fail("%s: affine weights of %d bits, group %d, %lld columns are not supported", what, w.bits,
          w.group, (long long)w.cols);
 }
 
 }  // namespace
 
-void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream) {
+void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
+                 const GemvFusion& fusion) {
   if (w.rows <= 0 || n <= 0) return;
   check(w, "gemv_affine");
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    fail("gemv_affine: activations are not 16-byte aligned");
+  gemv::check_fusion(fusion, w.rows, "gemv_affine");
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      (fusion.normalize && reinterpret_cast<uintptr_t>(fusion.norm_weight) % 16 != 0))
+    fail("gemv_affine: activations or norm weight are not 16-byte aligned");
   if (w.rows > INT32_MAX || w.cols > INT32_MAX)
     fail("gemv_affine: a %lld x %lld matrix is too large for the kernel", (long long)w.rows,
          (long long)w.cols);
   if (w.bits == 4)
-    gemv_bits<4>(w, x, n, y, stream);
+    gemv_bits<4>(w, x, n, y, fusion, stream);
   else
-    gemv_bits<8>(w, x, n, y, stream);
+    gemv_bits<8>(w, x, n, y, fusion, stream);
 }
 
 void dequantize_affine_bf16(const AffineMatrix& w, int64_t r0, int64_t m, uint16_t* out,

@@ -1,0 +1,18 @@
+// The gated MLP's activations, shared by the element-wise kernel and the
+// GEMV epilogue so both lanes compute the same values (f32, as the CPU).
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace tandem::cuda {
+
+__device__ __forceinline__ float silu(float v) {
+  return v / (1.f + __expf(-v));
+}
+
+__device__ __forceinline__ float gelu_tanh(float v) {
+  const float k = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v)));
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,116 @@
+// What the decode GEMV kernels (gemv.cu, quant.cu) share: which weight rows
+// a warp streams, the fused epilogue of GemvFusion, and the split of a
+// batch into runs of up to 8 rows. Included only by .cu files.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/activations.h"
+#include "backend/cuda/kernels.h"
+
+namespace tandem::cuda::gemv {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kMaxBatch = 8;  // batch rows a kernel keeps in registers
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The ROWS weight rows of warp `unit`. Plain: rows unit·ROWS + r. Gated
+// (ROWS even): ROWS/2 gate rows and the up rows that pair with them, so one
+// warp holds both inputs of each output. Rows past the end are clamped to
+// the last valid one: read, never stored.
+template <int ROWS, bool GATED>
+struct WarpRows {
+  static_assert(!GATED || ROWS % 2 == 0, "a gated warp holds whole gate/up pairs");
+  static constexpr int kOutputs = GATED ? ROWS / 2 : ROWS;  // outputs per warp
+  int64_t first;                                            // the warp's first output index
+  int64_t outputs;  // output rows in all: rows, or rows / 2 gated
+
+  __device__ WarpRows(int64_t unit, int64_t rows)
+      : first(unit * kOutputs), outputs(GATED ? rows / 2 : rows) {}
+  __device__ bool any() const { return first < outputs; }
+  __device__ int64_t row(int r) const {
+    const int64_t o = first + (r % kOutputs);
+    const int64_t c = o < outputs ? o : outputs - 1;
+    return GATED && r >= kOutputs ? outputs + c : c;
+  }
+  static int64_t units(int64_t rows) {
+    const int64_t outs = GATED ? rows / 2 : rows;
+    return (outs + kOutputs - 1) / kOutputs;
+  }
+};
+
+// 1 / RMS of a batch row from its sum of squares (the norm's scale).
+__device__ __forceinline__ float inv_rms(float sum_sq, int64_t cols, float eps) {
+  return rsqrtf(sum_sq / float(cols) + eps);
+}
+
+__device__ __forceinline__ float gate_value(GemvGate g, float gate, float up) {
+  return (g == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
+}
+
+// The epilogue: reduces the warp's partial sums acc[r][t] (and, when
+// normalizing, the per-lane sums of squares ss[t] of x), then lane 0
+// writes the warp's outputs as GemvFusion says. Every lane must call it.
+template <int N, int ROWS, bool GATED>
+__device__ __forceinline__ void finish(const WarpRows<ROWS, GATED>& wr, float (&acc)[ROWS][N],
+                                       float (&ss)[N], int64_t cols, const GemvFusion& f,
+                                       float* y) {
+  float scale[N];
+#pragma unroll
+  for (int t = 0; t < N; ++t)
+    scale[t] = f.normalize ? inv_rms(warp_sum(ss[t]), cols, f.norm_eps) : 1.f;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int t = 0; t < N; ++t) acc[r][t] = warp_sum(acc[r][t]) * scale[t];
+  if (threadIdx.x % 32 != 0) return;
+  constexpr int kOut = WarpRows<ROWS, GATED>::kOutputs;
+#pragma unroll
+  for (int r = 0; r < kOut; ++r) {
+    const int64_t o = wr.first + r;
+    if (o >= wr.outputs) break;
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      float* dst = y + t * wr.outputs + o;
+      if constexpr (GATED) {
+        const int64_t up = wr.outputs + o;
+        const float g = acc[r][t] + (f.bias ? f.bias[o] : 0.f);
+        const float u = acc[r + kOut][t] + (f.bias ? f.bias[up] : 0.f);
+        *dst = gate_value(f.gate, g, u);
+      } else {
+        const float v = acc[r][t] + (f.bias ? f.bias[o] : 0.f);
+        *dst = f.accumulate ? *dst + v : v;
+      }
+    }
+  }
+}
+
+// Calls run(std::integral_constant<int, N>{}, t0) for each run of up to
+// kMaxBatch batch rows starting at t0 (N: the run's length, a template
+// argument so the kernel keeps the run's activations in registers).
+template <class Run>
+void for_batch_runs(int64_t n, Run&& run) {
+  for (int64_t t0 = 0; t0 < n; t0 += kMaxBatch) {
+    switch (n - t0 < kMaxBatch ? n - t0 : kMaxBatch) {
+      case 1: run(std::integral_constant<int, 1>{}, t0); break;
+      case 2: run(std::integral_constant<int, 2>{}, t0); break;
+      case 3: run(std::integral_constant<int, 3>{}, t0); break;
+      case 4: run(std::integral_constant<int, 4>{}, t0); break;
+      case 5: run(std::integral_constant<int, 5>{}, t0); break;
+      case 6: run(std::integral_constant<int, 6>{}, t0); break;
+      case 7: run(std::integral_constant<int, 7>{}, t0); break;
+      default: run(std::integral_constant<int, 8>{}, t0); break;
+    }
+  }
+}
+
+// The host-side checks every GEMV entry point makes of a fusion.
+void check_fusion(const GemvFusion& f, int64_t rows, const char* what);
+
+}  // namespace tandem::cuda::gemv

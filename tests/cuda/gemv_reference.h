@@ -1,0 +1,136 @@
+// The reference for the decode GEMVs' fusions (cuda::GemvFusion): the same
+// math unfused, in double — norm, product, bias, then the gate or the
+// residual add — and a bound per output from the magnitudes of its terms.
+// Shared by the bf16/f32 tests (test_cuda_kernels.cpp) and the affine ones
+// (test_cuda_quant.cpp); the weights come in widened to f32.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+#include "cuda_test_util.h"
+
+namespace tandem::cuda_test {
+
+// One fused case on the host; `device` fills a cuda::GemvFusion with the
+// device copies of its vectors.
+struct HostFusion {
+  std::string name;
+  bool normalize = false;
+  std::vector<float> norm_weight;  // empty: no weight
+  std::vector<float> bias;         // empty: none
+  bool accumulate = false;         // y starts as `base` (random) and is added to
+  cuda::GemvGate gate = cuda::GemvGate::None;
+  float eps = 1e-6f;
+};
+
+// The fusions every GEMV test runs, for a matrix of `rows` x `cols`.
+inline std::vector<HostFusion> fusion_cases(int64_t rows, int64_t cols) {
+  std::vector<HostFusion> out(5);
+  out[0].name = "plain";
+  out[1].name = "norm (weighted) + bias + silu gate";
+  out[1].normalize = true;
+  out[1].norm_weight = random_floats(size_t(cols), 11, 1.f);
+  out[1].bias = random_floats(size_t(rows), 12, 0.5f);
+  out[1].gate = cuda::GemvGate::SiLU;
+  out[2].name = "norm (no weight) + gelu gate";
+  out[2].normalize = true;
+  out[2].gate = cuda::GemvGate::GeluTanh;
+  out[3].name = "bias + accumulate";
+  out[3].bias = random_floats(size_t(rows), 13, 0.5f);
+  out[3].accumulate = true;
+  out[4].name = "norm + accumulate";
+  out[4].normalize = true;
+  out[4].norm_weight = random_floats(size_t(cols), 14, 1.f);
+  out[4].accumulate = true;
+  if (rows % 2 != 0)  // the gated cases need gate and up halves
+    std::erase_if(out, [](const HostFusion& c) { return c.gate != cuda::GemvGate::None; });
+  return out;
+}
+
+// Device copies of a case's vectors, alive as long as the GemvFusion.
+struct DeviceFusion {
+  cuda::DeviceBuffer norm_weight, bias;
+  cuda::GemvFusion fusion;
+  explicit DeviceFusion(const HostFusion& h) {
+    fusion.normalize = h.normalize;
+    fusion.norm_eps = h.eps;
+    fusion.accumulate = h.accumulate;
+    fusion.gate = h.gate;
+    if (!h.norm_weight.empty()) {
+      norm_weight = upload(h.norm_weight);
+      fusion.norm_weight = norm_weight.as<float>();
+    }
+    if (!h.bias.empty()) {
+      bias = upload(h.bias);
+      fusion.bias = bias.as<float>();
+    }
+  }
+};
+
+inline double act(cuda::GemvGate g, double v) {
+  if (g == cuda::GemvGate::SiLU) return v / (1.0 + std::exp(-v));
+  return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+}
+
+// Checks `got` ([n, outputs]) against the unfused math over the widened
+// weights W ([rows, cols]) and x ([n, cols]); `base` is y before the call
+// (accumulate). f32 sums in another order: 1e-5 of Σ|w·x| per product; the
+// norm's scale, fast-math exp/tanh: 2e-6 of the output; the gate passes a
+// product's error on times |up| (the activations' slope is below 1.2).
+inline void expect_fused_gemv(const std::vector<float>& got, const std::vector<float>& W,
+                              int64_t rows, int64_t cols, const std::vector<float>& x, int64_t n,
+                              const HostFusion& f, const std::vector<float>& base,
+                              const std::string& what) {
+  const bool gated = f.gate != cuda::GemvGate::None;
+  const int64_t outputs = gated ? rows / 2 : rows;
+  ASSERT_EQ(got.size(), size_t(n * outputs)) << what;
+  int bad = 0;
+  std::vector<double> dot(static_cast<size_t>(rows)), mag(static_cast<size_t>(rows));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x.data() + t * cols;
+    double scale = 1.0;
+    if (f.normalize) {
+      double ss = 0;
+      for (int64_t c = 0; c < cols; ++c) ss += double(xt[c]) * xt[c];
+      scale = 1.0 / std::sqrt(ss / double(cols) + f.eps);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      double d = 0, m = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        double xv = xt[c];
+        if (f.normalize) xv *= scale * (f.norm_weight.empty() ? 1.0 : f.norm_weight[size_t(c)]);
+        const double p = double(W[size_t(r * cols + c)]) * xv;
+        d += p;
+        m += std::fabs(p);
+      }
+      dot[size_t(r)] = d + (f.bias.empty() ? 0.0 : f.bias[size_t(r)]);
+      mag[size_t(r)] = 1e-5 * m + 1e-6;
+    }
+    for (int64_t o = 0; o < outputs; ++o) {
+      double want, bound;
+      if (gated) {
+        const double g = dot[size_t(o)], u = dot[size_t(outputs + o)];
+        want = act(f.gate, g) * u;
+        bound = 1.2 * std::fabs(u) * mag[size_t(o)] +
+                std::fabs(act(f.gate, g)) * mag[size_t(outputs + o)];
+      } else {
+        const double b = f.accumulate ? base[size_t(t * rows + o)] : 0.0;
+        want = b + dot[size_t(o)];
+        bound = mag[size_t(o)] + 1e-6 * std::fabs(b);
+      }
+      bound += 2e-6 * std::fabs(want) + 1e-6;
+      const double v = got[size_t(t * outputs + o)];
+      if (!(std::fabs(v - want) <= bound) && bad++ < 3)
+        ADD_FAILURE() << what << " [" << t << ", " << o << "]: gpu " << v << " want " << want
+                      << " (bound " << bound << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+}  // namespace tandem::cuda_test
