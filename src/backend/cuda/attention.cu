@@ -250,8 +250,8 @@ __global__ void __launch_bounds__(kThreads)
 // warp reads every split's (m, l) (kMaxSplits / 32 per lane) and leaves each
 // split's scale exp(m - max) / Σ l · exp(m - max) (0 for a split that saw
 // no key) in shared memory; then every thread sums its dims over the
-// splits, 8 loads in flight (one at a time, the L2 latency of each split's
-// row was paid in series).
+// splits, 16 loads in flight (one at a time, the L2 latency of each split's
+// row was paid in series; this op sits in every layer of a batch-1 step).
 __global__ void attention_combine_kernel(PagedAttention p, float* __restrict__ out) {
   pdl_launch_dependents();
   pdl_wait();
@@ -283,17 +283,18 @@ __global__ void attention_combine_kernel(PagedAttention p, float* __restrict__ o
   }
   __syncthreads();
   float* oh = out + th * p.head_dim;
+  constexpr int kBatch = 16;
+  static_assert(kMaxSplits % kBatch == 0, "scale[] covers every batch");
   for (int d = threadIdx.x; d < int(p.head_dim); d += blockDim.x) {
     float o = 0.f;
-    int s = 0;
-    for (; s + 8 <= p.splits; s += 8) {
-      float v[8];
+    for (int s = 0; s < p.splits; s += kBatch) {
+      float v[kBatch];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = part[(s + i) * stride + 2 + d];
+      for (int i = 0; i < kBatch; ++i)
+        v[i] = s + i < p.splits ? part[(s + i) * stride + 2 + d] : 0.f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) o += v[i] * scale[s + i];
+      for (int i = 0; i < kBatch; ++i) o += v[i] * scale[s + i];
     }
-    for (; s < p.splits; ++s) o += part[s * stride + 2 + d] * scale[s];
     oh[d] = o;
   }
 }
@@ -323,7 +324,6 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t heads, int64_t head_d
 // memory between the norm, the rotation and the write.
 __global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, QkvPost p) {
   pdl_launch_dependents();
-  pdl_wait();
   __shared__ float buf[32 * kMaxDimsPerLane];
   __shared__ float partial[4];
   const int64_t t = blockIdx.x, j = blockIdx.y, Dh = p.head_dim;
@@ -333,6 +333,16 @@ __global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, Qk
   const int64_t col = kind == 0               ? head * Dh
                       : kind == 1 || p.k_eq_v ? Q + head * Dh
                                               : Q + KV + head * Dh;
+  // Before waiting for the projection: what only the step's inputs (in
+  // device memory before the step's first kernel) decide — the position,
+  // the row the K/V values go to, and this thread's first rotation angle —
+  // so their dependent loads overlap the previous kernel's tail.
+  const int64_t pos = at.positions[t];
+  const int64_t at_row = kind == 0 ? 0 : kv_offset(at, t, pos, p.block_size, KV) + head * Dh;
+  const int64_t half = p.rotary_dim / 2;
+  float sn0 = 0.f, cs0 = 1.f;
+  if (kind < 2 && threadIdx.x < half) sincosf(float(pos) * p.inv_freq[threadIdx.x], &sn0, &cs0);
+  pdl_wait();
   const float* src = qkv + t * p.stride + col;
   float ss = 0.f;
   for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
@@ -350,12 +360,10 @@ __global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, Qk
     for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) buf[d] = buf[d] * r * (w ? w[d] : 1.f);
   }
   __syncthreads();
-  const int64_t pos = at.positions[t];
   if (kind < 2 && p.rotary_dim > 0) {
-    const int64_t half = p.rotary_dim / 2;
     for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-      float sn, cs;
-      sincosf(float(pos) * p.inv_freq[i], &sn, &cs);
+      float sn = sn0, cs = cs0;
+      if (i != threadIdx.x) sincosf(float(pos) * p.inv_freq[i], &sn, &cs);
       cs *= p.rope_scaling;
       sn *= p.rope_scaling;
       const float a = buf[i], b = buf[i + half];
@@ -373,7 +381,6 @@ __global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, Qk
     return;
   }
   void* rows = kind == 1 ? p.k_cache : p.v_cache;
-  const int64_t at_row = kv_offset(at, t, pos, p.block_size, KV) + head * Dh;
   for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x)
     kv_store(rows, at_row + d, buf[d], p.kv_bf16);
 }
@@ -499,7 +506,9 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
   else
     attention_cuda_cores(q, n, at, pp, out, stream);
   if (p.splits == 1) return;
-  launch(attention_combine_kernel, unsigned(n * p.heads), 128, 0, stream, p, out);
+  // A thread per dimension (128 to 512 threads), so each sums its splits once.
+  const unsigned threads = unsigned(std::clamp<int64_t>((p.head_dim + 31) / 32 * 32, 128, 512));
+  launch(attention_combine_kernel, unsigned(n * p.heads), threads, 0, stream, p, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -34,84 +34,135 @@ __host__ __device__ constexpr int tile_keys(int head_dim) {
   return head_dim <= 128 ? 32 : 16;
 }
 
-// Shared bytes of one warp: q hi/lo [16][DH + kPad], two stages of K and V
-// tiles [KT][DH + kPad].
-__host__ __device__ constexpr size_t decode_smem_bytes(int head_dim) {
-  return size_t(2) * (2 * kRowsPerWarp + 4 * tile_keys(head_dim)) * size_t(head_dim + kPad);
+// The kernel's shape for head dim DH. Up to 256, one warp: 16 query rows and
+// every output dim in its registers. At 512 (Gemma 4's global layers) the
+// output (256 registers a lane) does not fit one warp, so two warps share
+// the q and K tiles, each computes the scores and takes half the output
+// dims (and its half of each V tile); the query heads are at most 8 (the
+// mma's rows 8-15 are not stored), which keeps the block at two per SM.
+template <int DH>
+struct DecodeShape {
+  static constexpr int kWarps = DH > 256 ? 2 : 1;
+  static constexpr int kQRows = DH > 256 ? 8 : kRowsPerWarp;
+  static constexpr int kOutDims = DH / kWarps;  // output dims of one warp
+  static constexpr int kKeys = tile_keys(DH);
+  static constexpr int kPitch = DH + kPad, kOutPitch = kOutDims + kPad;
+  // Shared bf16 values: q hi/lo [kQRows][kPitch], two stages of K tiles
+  // [kKeys][kPitch], each warp's two stages of V tiles [kKeys][kOutPitch].
+  static constexpr size_t kSmemBytes =
+      size_t(2) * (2 * kQRows * kPitch + 2 * kKeys * kPitch + kWarps * 2 * kKeys * kOutPitch);
+};
+
+// Block-wide barrier over the kernel's warps (one warp: __syncwarp).
+template <int WARPS>
+__device__ __forceinline__ void sync_warps() {
+  if constexpr (WARPS == 1)
+    __syncwarp();
+  else
+    __syncthreads();
 }
 
-// grid: (tokens · kv heads, splits); 32 threads.
+// grid: (tokens · kv heads, splits); 32 threads per warp of DecodeShape.
 template <int DH>
-__global__ void __launch_bounds__(32)
+__global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps)
     decode_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
                             float* __restrict__ out) {
-  constexpr int KT = tile_keys(DH), P = DH + kPad;
+  using S = DecodeShape<DH>;
+  constexpr int KT = S::kKeys, P = S::kPitch, PO = S::kOutPitch, DO = S::kOutDims;
+  constexpr int W = S::kWarps, QR = S::kQRows, NT = 32 * W;
   extern __shared__ __align__(16) uint8_t shared_raw[];
   uint16_t* q_hi = reinterpret_cast<uint16_t*>(shared_raw);
-  uint16_t* q_lo = q_hi + kRowsPerWarp * P;
-  uint16_t* k_tiles = q_lo + kRowsPerWarp * P;  // [2][KT][P]
-  uint16_t* v_tiles = k_tiles + 2 * KT * P;     // [2][KT][P]
+  uint16_t* q_lo = q_hi + QR * P;
+  uint16_t* k_tiles = q_lo + QR * P;  // [2][KT][P]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  uint16_t* v_tiles = k_tiles + 2 * KT * P + warp * 2 * KT * PO;  // this warp's [2][KT][PO]
   pdl_launch_dependents();
-  pdl_wait();
-  const int lane = threadIdx.x, g = lane / 4, tq = lane % 4;
   const int G = int(p.heads / p.kv_heads);
   const int64_t t = blockIdx.x / p.kv_heads;
   const int kvh = int(blockIdx.x % p.kv_heads), split = int(blockIdx.y);
   const int q_dim = int(p.heads) * DH;
 
+  // The split's keys and their rows depend only on the step's inputs, so
+  // the first tile's block-table lookups go out before the PDL wait.
   const KeyRange keys = split_keys(at, p, t, split);
   const int first = int(keys.first), end = int(keys.end);
+  const PagedRows rows = paged_rows(at, p, t, kvh);
+  // Lane k's part of a tile at kb: key kb + k's row (KT ≤ 32).
+  auto tile_row = [&](int kb) {
+    return lane < KT && kb + lane < end ? (unsigned long long)rows.row(kb + lane) : 0ull;
+  };
+  const unsigned long long first_rows = tile_row(first);
+  pdl_wait();
 
-  // q · scale of the G heads as hi/lo parts; rows past G are zeros.
+  // q · scale of the G heads as hi/lo parts; rows past G are zeros. Eight
+  // loads in flight per thread: one at a time, each paid the L2 latency in
+  // series (64 of them per lane at head dim 256).
   const float* qt = q + t * q_dim + size_t(kvh) * G * DH;
-  for (int i = lane; i < kRowsPerWarp * (DH / 2); i += 32) {
-    const int r = i / (DH / 2), c = 2 * (i % (DH / 2));
-    float2 v = make_float2(0.f, 0.f);
-    if (r < G) v = *reinterpret_cast<const float2*>(qt + r * DH + c);
-    uint32_t h2, l2;
-    split2(v.x * p.scale, v.y * p.scale, h2, l2);
-    *reinterpret_cast<uint32_t*>(q_hi + r * P + c) = h2;
-    *reinterpret_cast<uint32_t*>(q_lo + r * P + c) = l2;
+  constexpr int kQSteps = QR * (DH / 2) / NT, kQBatch = 8;
+  static_assert(kQSteps % kQBatch == 0, "q staging runs in whole batches");
+  for (int s0 = 0; s0 < kQSteps; s0 += kQBatch) {
+    float2 v[kQBatch];
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int i = tid + NT * (s0 + j), r = i / (DH / 2), c = 2 * (i % (DH / 2));
+      v[j] = r < G ? *reinterpret_cast<const float2*>(qt + r * DH + c) : make_float2(0.f, 0.f);
+    }
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int i = tid + NT * (s0 + j), r = i / (DH / 2), c = 2 * (i % (DH / 2));
+      uint32_t h2, l2;
+      split2(v[j].x * p.scale, v[j].y * p.scale, h2, l2);
+      *reinterpret_cast<uint32_t*>(q_hi + r * P + c) = h2;
+      *reinterpret_cast<uint32_t*>(q_lo + r * P + c) = l2;
+    }
   }
 
-  const PagedRows rows = paged_rows(at, p, t, kvh);
   const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
   const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
-  // Keys [kb, kb + KT) into stage st, zeros past the split's end.
-  auto fill = [&](int kb, int st) {
-    for (int i = lane; i < KT * (DH / 8); i += 32) {
+  // Keys [kb, kb + KT) into stage st, zeros past the split's end: the K
+  // tile by the whole block, each warp's V dims by the warp. The copies take
+  // each key's row by shuffle from the lane that looked it up (tile_row): a
+  // block-table load per copy was a dependent global load each (the
+  // cp.async asm clobbers memory, so none was reused).
+  auto fill = [&](int kb, int st, unsigned long long my_row) {
+    for (int i = tid; i < KT * (DH / 8); i += NT) {
       const int key = i / (DH / 8), c = 8 * (i % (DH / 8));
       const bool ok = kb + key < end;
-      const size_t r = ok ? rows.row(kb + key) + c : 0;
-      cp_async16(k_tiles + (st * KT + key) * P + c, kbase + r, ok);
-      cp_async16(v_tiles + (st * KT + key) * P + c, vbase + r, ok);
+      const size_t r = size_t(__shfl_sync(0xffffffffu, my_row, key)) + size_t(c);
+      cp_async16(k_tiles + (st * KT + key) * P + c, kbase + (ok ? r : 0), ok);
+    }
+    for (int i = lane; i < KT * (DO / 8); i += 32) {
+      const int key = i / (DO / 8), c = 8 * (i % (DO / 8));
+      const bool ok = kb + key < end;
+      const size_t r = size_t(__shfl_sync(0xffffffffu, my_row, key)) + size_t(warp * DO + c);
+      cp_async16(v_tiles + (st * KT + key) * PO + c, vbase + (ok ? r : 0), ok);
     }
     cp_async_commit();
   };
 
-  float o[DH / 8][4];
+  float o[DO / 8][4];
 #pragma unroll
-  for (int n = 0; n < DH / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  for (int n = 0; n < DO / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 (this lane's part)
 
-  if (first < end) fill(first, 0);
+  if (first < end) fill(first, 0, first_rows);
   int st = 0;
   for (int kb = first; kb < end; kb += KT, st ^= 1) {
     if (kb + KT < end) {
-      fill(kb + KT, st ^ 1);
+      fill(kb + KT, st ^ 1, tile_row(kb + KT));
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
-    __syncwarp();  // every lane's copies of this tile (and, the first time, q) are visible
+    sync_warps<W>();  // every thread's copies of this tile (and, the first time, q) are visible
     const uint16_t* kt = k_tiles + st * KT * P;
-    const uint16_t* vt = v_tiles + st * KT * P;
+    const uint16_t* vt = v_tiles + st * KT * PO;
     // S = q · kᵀ: 16 rows × KT keys; soft-cap, mask the keys past the split
     // (rows past G are zeros: finite), online softmax, O += P · V.
     float s[KT / 8][4];
 #pragma unroll
     for (int n = 0; n < KT / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    warp_scores<true>(s, q_hi, q_lo, P, kt, nullptr, P, DH);
+    warp_scores<true, KT / 8, (QR > 8)>(s, q_hi, q_lo, P, kt, nullptr, P, DH);
 #pragma unroll
     for (int n = 0; n < KT / 8; ++n)
 #pragma unroll
@@ -121,8 +172,8 @@ __global__ void __launch_bounds__(32)
         s[n][e] = kb + n * 8 + 2 * tq + (e & 1) < end ? v : -INFINITY;
       }
     online_softmax(s, o, m0, m1, l0, l1);
-    warp_weighted_values<true>(o, s, vt, nullptr, P);
-    __syncwarp();  // this stage is read before the next iteration refills it
+    warp_weighted_values<true>(o, s, vt, nullptr, PO);
+    sync_warps<W>();  // this stage is read before the next iteration refills it
   }
   // Each row's sum over its 4 lanes.
 #pragma unroll
@@ -130,30 +181,31 @@ __global__ void __launch_bounds__(32)
     l0 += __shfl_xor_sync(0xffffffffu, l0, x);
     l1 += __shfl_xor_sync(0xffffffffu, l1, x);
   }
-  // Rows g and g + 8 are heads kvh · G + g and + 8 when below G.
+  // Rows g and g + 8 are heads kvh · G + g and + 8 when below G; this
+  // warp's dims start at warp · DO (every warp computed the same m and l).
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
+  for (int half = 0; half < QR / 8; ++half) {
     const int r = g + 8 * half;
     if (r >= G) continue;
     const float m = half ? m1 : m0, l = half ? l1 : l0;
     const int64_t h = int64_t(kvh) * G + r;
     if (p.splits == 1) {
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      float* dst = out + t * q_dim + h * DH + 2 * tq;
+      float* dst = out + t * q_dim + h * DH + warp * DO + 2 * tq;
 #pragma unroll
-      for (int n = 0; n < DH / 8; ++n)
+      for (int n = 0; n < DO / 8; ++n)
         *reinterpret_cast<float2*>(dst + n * 8) =
             make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
     } else {
       float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (DH + 2);
-      if (tq == 0) {
+      if (tq == 0 && warp == 0) {
         part[0] = m;
         part[1] = l;
       }
 #pragma unroll
-      for (int n = 0; n < DH / 8; ++n) {
-        part[2 + n * 8 + 2 * tq] = o[n][2 * half];
-        part[2 + n * 8 + 2 * tq + 1] = o[n][2 * half + 1];
+      for (int n = 0; n < DO / 8; ++n) {
+        part[2 + warp * DO + n * 8 + 2 * tq] = o[n][2 * half];
+        part[2 + warp * DO + n * 8 + 2 * tq + 1] = o[n][2 * half + 1];
       }
     }
   }
@@ -162,10 +214,10 @@ __global__ void __launch_bounds__(32)
 template <int DH>
 void launch_decode(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
                    float* out, cudaStream_t stream) {
-  constexpr size_t smem = decode_smem_bytes(DH);
-  if constexpr (smem > (size_t(48) << 10))
+  using S = DecodeShape<DH>;
+  if constexpr (S::kSmemBytes > (size_t(48) << 10))
     allow_opt_in_shared_memory(reinterpret_cast<const void*>(decode_attention_kernel<DH>));
-  launch(decode_attention_kernel<DH>, grid, 32, smem, stream, q, at, p, out);
+  launch(decode_attention_kernel<DH>, grid, 32 * S::kWarps, S::kSmemBytes, stream, q, at, p, out);
 }
 
 }  // namespace
@@ -179,9 +231,15 @@ bool attention_decode_mma_supported(const PagedAttention& p) {
   int device = 0;
   if (!enabled || cudaGetDevice(&device) != cudaSuccess || launch_limits(device).cc_major < 8)
     return false;
-  return p.kv_bf16 && p.kv_heads > 0 && p.heads % p.kv_heads == 0 &&
-         p.heads / p.kv_heads <= kRowsPerWarp &&
-         (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256);
+  if (!p.kv_bf16 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0) return false;
+  const int64_t group = p.heads / p.kv_heads;
+  switch (p.head_dim) {
+    case 64: return group <= DecodeShape<64>::kQRows;
+    case 128: return group <= DecodeShape<128>::kQRows;
+    case 256: return group <= DecodeShape<256>::kQRows;
+    case 512: return group <= DecodeShape<512>::kQRows;
+    default: return false;
+  }
 }
 
 void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
@@ -196,8 +254,10 @@ void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const
     launch_decode<64>(grid, q, at, p, out, stream);
   else if (p.head_dim == 128)
     launch_decode<128>(grid, q, at, p, out, stream);
-  else
+  else if (p.head_dim == 256)
     launch_decode<256>(grid, q, at, p, out, stream);
+  else
+    launch_decode<512>(grid, q, at, p, out, stream);
   CUDA_CHECK(cudaGetLastError());
 }
 

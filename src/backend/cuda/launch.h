@@ -6,7 +6,9 @@
 // it reads memory an earlier kernel writes, and before it writes memory an
 // earlier kernel may still read (pdl_wait returns once the previous kernel
 // has finished and its writes are visible); it may read what no kernel
-// writes (weights) before that. pdl_launch_dependents() lets the next kernel
+// writes before that: weights, and a step's inputs (copied in before the
+// step's first kernel, which starts only once the copy is done, and every
+// later kernel after it). pdl_launch_dependents() lets the next kernel
 // be scheduled (its blocks then wait in pdl_wait). Without PDL (outside a
 // PdlScope that asks for it, TANDEM_CUDA_PDL=0, devices before sm_90: see
 // runtime.h) both are no-ops and launches are ordinary.

@@ -109,7 +109,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // (a multiple of 16): q as hi/lo parts, rows of q_pitch values from the
 // warp's first row; k as rows of keys (k_lo unused when B_EXACT: the keys
 // are bf16 values).
-template <bool B_EXACT, int NT>
+// UPPER false: rows 8-15 are not stored (their scores come out 0).
+template <bool B_EXACT, int NT, bool UPPER = true>
 __device__ __forceinline__ void warp_scores(float (&s)[NT][4], const uint16_t* q_hi,
                                             const uint16_t* q_lo, int q_pitch, const uint16_t* k_hi,
                                             const uint16_t* k_lo, int k_pitch, int dims) {
@@ -119,15 +120,17 @@ __device__ __forceinline__ void warp_scores(float (&s)[NT][4], const uint16_t* q
   const uint16_t* ql = q_lo + g * q_pitch + 2 * tq;
 #pragma unroll 4
   for (int k = 0; k < dims; k += 16) {
-    uint32_t ah[4], al[4];
+    uint32_t ah[4] = {0u, 0u, 0u, 0u}, al[4] = {0u, 0u, 0u, 0u};
     ah[0] = *reinterpret_cast<const uint32_t*>(qh + k);
-    ah[1] = *reinterpret_cast<const uint32_t*>(qh + 8 * q_pitch + k);
     ah[2] = *reinterpret_cast<const uint32_t*>(qh + k + 8);
-    ah[3] = *reinterpret_cast<const uint32_t*>(qh + 8 * q_pitch + k + 8);
     al[0] = *reinterpret_cast<const uint32_t*>(ql + k);
-    al[1] = *reinterpret_cast<const uint32_t*>(ql + 8 * q_pitch + k);
     al[2] = *reinterpret_cast<const uint32_t*>(ql + k + 8);
-    al[3] = *reinterpret_cast<const uint32_t*>(ql + 8 * q_pitch + k + 8);
+    if constexpr (UPPER) {
+      ah[1] = *reinterpret_cast<const uint32_t*>(qh + 8 * q_pitch + k);
+      ah[3] = *reinterpret_cast<const uint32_t*>(qh + 8 * q_pitch + k + 8);
+      al[1] = *reinterpret_cast<const uint32_t*>(ql + 8 * q_pitch + k);
+      al[3] = *reinterpret_cast<const uint32_t*>(ql + 8 * q_pitch + k + 8);
+    }
     // Two n-tiles' B fragments per ldmatrix_x4: keys + 8 · (mat / 2), dims
     // + 8 · (mat % 2).
 #pragma unroll
