@@ -20,7 +20,16 @@ mkdir -p "$stage/build-gpu" build-carry
 for f in tandem_cuda_tests bench_cuda_decode bench_cuda_attention tandem loadgen; do
   [ -x "$build/$f" ] && cp "$build/$f" "$stage/build-gpu/" && strip "$stage/build-gpu/$f"
 done
-[ -d "$build/libs" ] && cp -r "$build/libs" "$stage/build-gpu/"
+# Shared libraries the GPU machine's image may lack (cpp-httplib, libcurl,
+# libwebp, pcre2 ...): every non-CUDA, non-libc dependency of the binaries.
+# cuBLAS is not carried (hundreds of MB): the GPU machine has it.
+mkdir -p "$stage/build-gpu/libs"
+for f in "$stage"/build-gpu/*; do
+  [ -f "$f" ] && ldd "$f" 2>/dev/null
+done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+  grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcublas[^/]*|libgcc_s|libresolv|libnsl|libutil)\.so' |
+  while read -r lib; do cp -L "$lib" "$stage/build-gpu/libs/"; done
+[ -d "$build/libs" ] && cp -r "$build/libs/." "$stage/build-gpu/libs/"
 tar -C "$stage" -cJf build-carry/gpu.tar.xz build-gpu
 rm -rf "$stage"
 ls -l build-carry/gpu.tar.xz

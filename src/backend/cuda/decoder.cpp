@@ -318,19 +318,30 @@ bool prefill_kernel_enabled() {
 // The tensor-core decode kernel's split policy: one-warp blocks per SM to
 // aim for (TANDEM_DECODE_BLOCKS_PER_SM, default 8; at most
 // kTensorCoreBlocksPerSm · 2 = the partial buffer's bound) and the fewest
-// keys a split keeps (TANDEM_DECODE_MIN_SPLIT_KEYS, default 1: no cap).
-// Measured on the H200 against 2 blocks per SM (the CUDA-core kernel's aim),
-// 8 gave llama-3.2-1b at 32 sequences 12,347 -> 14,415 tok/s, qwen3-1.7b
-// 6,140 -> 7,115 and ministral-3-3b 5,232 -> 5,875, but gemma-3-1b 11,427
-// -> 10,703 and gemma-4-e2b 4,351 -> 4,109 (one kv head: many short splits).
+// keys a split keeps (TANDEM_DECODE_MIN_SPLIT_KEYS, default 64; 1: no cap)
+// unless that leaves fewer blocks than SMs. Measured on the H200
+// (bench/results/cuda-decode-fusion-2026-12-03.md): 8 per SM against 2
+// gave llama-3.2-1b at 32 sequences 12,755 -> 14,482 tok/s; the 64-key
+// cap then gave gemma-3-1b at 32 sequences 10,716 -> 11,774 and
+// gemma-4-e2b 4,136 -> 4,393 (one kv head: many short splits), llama at
+// batch 1, context 128, 820 -> 881, and left llama at 32 and 64 sequences
+// as it was. Without the one-block-per-SM floor it cost gemma-3-1b at
+// batch 1 628 -> 591.
 int decode_blocks_per_sm() {
   static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_BLOCKS_PER_SM", 8), 1,
                                                2 * kTensorCoreBlocksPerSm - 1));
   return n;
 }
 int64_t decode_min_split_keys() {
-  static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_MIN_SPLIT_KEYS", 1));
+  static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_MIN_SPLIT_KEYS", 64));
   return n;
+}
+
+// The decode GEMVs' fused input norm, residual add and gated activation
+// (GemvFusion) on steps every projection takes as a GEMV, unless
+// TANDEM_CUDA_FUSE_GEMV=0 (for measuring them against the separate kernels).
+bool gemv_fusion_enabled() {
+  return !env_is("TANDEM_CUDA_FUSE_GEMV", "0");
 }
 
 // Steps whose longest run of one sequence's tokens reaches this many take
@@ -352,6 +363,14 @@ struct Decoder::Impl {
   bool graphs = graphs_enabled_by_env();
   int64_t gemv_tokens = Decoder::gemv_max_tokens();
   int64_t affine_gemv_tokens = Decoder::affine_gemv_max_tokens();
+  // Steps of at most this many tokens take every layer projection as a GEMV,
+  // so they fuse norms, residual adds and the gated activation into them
+  // (0: never; see fused_step).
+  int64_t fuse_tokens = 0;
+  // No sandwich norms, per-layer inputs or layer scalars (llama, qwen,
+  // ministral): the residual add and the next input norm move into the
+  // projections around them; else only the gated activation does.
+  bool plain_residual = false;
   // Query tiles of this step for attention_prefill (0: the decode kernel
   // for every token), after decode_prefix tokens that take the decode
   // kernel (plan_prefill_attention).
@@ -459,12 +478,29 @@ struct Decoder::Impl {
     marks.push_back({op, bytes});
   }
 
-  // y[n, rows] = x[n, cols] · Wᵀ (+ bias); `op` names it in profiles.
+  // Whether a projection of n tokens runs as a GEMV (else cuBLAS).
+  bool gemv_path(const DevMatrix& w, int64_t n) const {
+    return n <= (w.affine ? affine_gemv_tokens : gemv_tokens);
+  }
+
+  // y[n, rows] = x[n, cols] · Wᵀ (+ bias), with `fusion` (GEMV steps only:
+  // fused_step); `op` names it in profiles.
   void linear(const char* op, const DevMatrix& w, const DeviceBuffer& bias, const float* xin,
-              int64_t n, float* y) {
-    if (w.affine && n <= affine_gemv_tokens) {
-      gemv_affine(w.view(), xin, n, y, stream);
-    } else if (w.affine) {
+              int64_t n, float* y, GemvFusion fusion = {}) {
+    if (gemv_path(w, n)) {
+      fusion.bias = ptr(bias);
+      if (w.affine)
+        gemv_affine(w.view(), xin, n, y, stream, fusion);
+      else if (w.dtype == DType::BF16)
+        gemv_bf16(w.buf.as<uint16_t>(), w.rows, w.cols, xin, n, y, stream, fusion);
+      else
+        gemv_f32(w.buf.as<float>(), w.rows, w.cols, xin, n, y, stream, fusion);
+      mark(op, w.bytes());
+      return;
+    }
+    if (fusion.normalize || fusion.accumulate || fusion.gate != GemvGate::None)
+      fail("CUDA decoder: %s of %lld tokens is not a GEMV and cannot fuse", op, (long long)n);
+    if (w.affine) {
       // Prefill: tiles of rows dequantized to bf16 hi + lo parts (a bf16
       // tile alone put Gemma 4's fixtures 0.5 x std off the f32 reference),
       // each through the bf16 GEMM over hi/lo activations, plus lo · x_hi.
@@ -482,11 +518,6 @@ struct Decoder::Impl {
         gemm_bf16_add(w_lo, r0, m, w.rows, w.cols, hi, n, y);
       }
       if (halves_fit(n, w.rows)) add_halves(halves.as<float>(), n * w.rows, y, stream);
-    } else if (n <= gemv_tokens) {
-      if (w.dtype == DType::BF16)
-        gemv_bf16(w.buf.as<uint16_t>(), w.rows, w.cols, xin, n, y, stream);
-      else
-        gemv_f32(w.buf.as<float>(), w.rows, w.cols, xin, n, y, stream);
     } else {
       const float one = 1.f, zero = 0.f;
       // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W
@@ -578,14 +609,15 @@ struct Decoder::Impl {
       scatter_rows(image_rows.as<float>(), dev<int32_t>(off_image_rows), n_images, D, hp, stream);
     mark("embed");
     if (s.ple_dim > 0) per_layer_inputs(T);
+    const Fuse fuse = fused_step(T);
     // The MLP's residual add also computes the next layer's input norm when
     // nothing (per-layer inputs, a layer scalar) comes between them.
     bool x_ready = false;
     for (int64_t l = 0; l < s.layers; ++l) {
-      attention_block(l, T, x_ready);
+      attention_block(l, T, x_ready, fuse);
       const float scalar = layers[size_t(l)].scalar;
-      x_ready = s.ple_dim == 0 && scalar == 1.0f && l + 1 < s.layers;
-      mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr);
+      x_ready = fuse != Fuse::Residual && s.ple_dim == 0 && scalar == 1.0f && l + 1 < s.layers;
+      mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr, fuse);
       if (s.ple_dim > 0) per_layer_block(l, T);
       if (scalar != 1.0f) {
         scale_inplace(hp, T * D, scalar, stream);
@@ -598,6 +630,16 @@ struct Decoder::Impl {
     linear("head", head_tied ? embed : head, DeviceBuffer(), xp, R, logits.as<float>());
     if (s.final_softcap > 0.0f) softcap(logits.as<float>(), R * V, s.final_softcap, stream);
     mark("logit softcap");
+  }
+
+  // What a step of T tokens fuses into its projections (GemvFusion): None
+  // (cuBLAS steps), Gate (the gated activation into gate/up), or Residual
+  // (also each block's input norm into its first projection and the
+  // residual add into its last: plain_residual models).
+  enum class Fuse { None, Gate, Residual };
+  Fuse fused_step(int64_t T) const {
+    if (T > fuse_tokens) return Fuse::None;
+    return plain_residual ? Fuse::Residual : Fuse::Gate;
   }
 
   // Gemma 4: ple[t, l] = (norm(proj(h) · D^-0.5)[l] + E_ple[id] · sqrt(P)) · 2^-0.5
@@ -614,16 +656,27 @@ struct Decoder::Impl {
     mark("ple inputs");
   }
 
-  // x_ready: x already holds this layer's normed input.
-  void attention_block(int64_t l, int64_t T, bool x_ready) {
+  // x_ready: x already holds this layer's normed input. Fuse::Residual:
+  // the qkv GEMV norms h itself and the o GEMV adds into h.
+  void attention_block(int64_t l, int64_t T, bool x_ready, Fuse fuse) {
     const ModelSpec& s = spec;
     const LayerSpec& ls = s.layer[size_t(l)];
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, Dh = ls.head_dim;
     float *hp = h.as<float>(), *xp = x.as<float>(), *qp = q.as<float>();
-    if (!x_ready) rmsnorm(hp, ptr(L.attn_in_norm), T, D, s.norm_eps, xp, stream);
-    mark("attn norm");
-    linear("qkv proj", L.qkv, L.qkv_bias, xp, T, qkv.as<float>());
+    if (fuse == Fuse::Residual) {
+      GemvFusion norm_in;
+      norm_in.normalize = true;
+      norm_in.norm_weight = ptr(L.attn_in_norm);
+      norm_in.norm_eps = s.norm_eps;
+      linear("qkv proj (+ norm)", L.qkv, L.qkv_bias, hp, T, qkv.as<float>(), norm_in);
+    } else {
+      if (!x_ready) {
+        rmsnorm(hp, ptr(L.attn_in_norm), T, D, s.norm_eps, xp, stream);
+        mark("attn norm");
+      }
+      linear("qkv proj", L.qkv, L.qkv_bias, xp, T, qkv.as<float>());
+    }
     const StepLayout at = layout(ls.kind);
     Layer& src = layers[size_t(ls.kv_source)];
     QkvPost post;
@@ -671,7 +724,9 @@ struct Decoder::Impl {
     auto splits_for = [&](int64_t tokens) {
       if (!mma) return attention_splits(tokens, ls.kv_heads, multiprocessors);
       const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
-      const int64_t cap = std::max<int64_t>(1, keys / decode_min_split_keys());
+      const int64_t units = tokens * ls.kv_heads;
+      const int64_t floor = (multiprocessors + units - 1) / units;  // a block per SM
+      const int64_t cap = std::max({int64_t(1), keys / decode_min_split_keys(), floor});
       return int(std::min<int64_t>(
           cap, attention_splits(tokens, ls.kv_heads, multiprocessors, decode_blocks_per_sm())));
     };
@@ -687,25 +742,51 @@ struct Decoder::Impl {
       attention_paged(qp, T, at, p, attn.as<float>(), stream);
     }
     mark("attention");
+    if (fuse == Fuse::Residual) {
+      GemvFusion add;
+      add.accumulate = true;
+      linear("o proj (+ residual)", L.o, L.o_bias, attn.as<float>(), T, hp, add);
+      return;
+    }
     float* op = out.as<float>();
     linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op);
     residual_norm(hp, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps, stream);
     mark("residual + norm");
   }
 
-  // Expects x = the MLP's normed input (attention_block leaves it);
+  // Expects x = the MLP's normed input (attention_block leaves it), except
+  // under Fuse::Residual (gate/up norms h itself, down adds into h);
   // next_norm: also leave the next layer's normed input in x.
-  void mlp_block(int64_t l, int64_t T, const float* next_norm) {
+  void mlp_block(int64_t l, int64_t T, const float* next_norm, Fuse fuse) {
     const ModelSpec& s = spec;
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, F = s.layer[size_t(l)].intermediate;
     float *hp = h.as<float>(), *xp = x.as<float>(), *op = out.as<float>();
-    linear("gate/up proj", L.gate_up, L.gate_up_bias, xp, T, gate_up.as<float>());
-    if (s.activation == Activation::SiLU)
-      silu_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
-    else
-      gelu_tanh_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
-    mark("gated activation");
+    if (fuse != Fuse::None) {
+      GemvFusion f;
+      f.gate = s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh;
+      if (fuse == Fuse::Residual) {
+        f.normalize = true;
+        f.norm_weight = ptr(L.mlp_in_norm);
+        f.norm_eps = s.norm_eps;
+      }
+      linear(fuse == Fuse::Residual ? "gate/up proj (+ norm, activation)"
+                                    : "gate/up proj (+ activation)",
+             L.gate_up, L.gate_up_bias, fuse == Fuse::Residual ? hp : xp, T, gate.as<float>(), f);
+    } else {
+      linear("gate/up proj", L.gate_up, L.gate_up_bias, xp, T, gate_up.as<float>());
+      if (s.activation == Activation::SiLU)
+        silu_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
+      else
+        gelu_tanh_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
+      mark("gated activation");
+    }
+    if (fuse == Fuse::Residual) {
+      GemvFusion add;
+      add.accumulate = true;
+      linear("down proj (+ residual)", L.down, L.down_bias, gate.as<float>(), T, hp, add);
+      return;
+    }
     linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op);
     residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,
                   s.norm_eps, stream);
@@ -876,6 +957,16 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     m.layers.push_back(std::move(L));
   }
   m.streamed_bytes = total - m.ple_embed.bytes() - (m.head_tied ? 0 : m.embed.bytes());
+  if (gemv_fusion_enabled()) {
+    m.fuse_tokens = max_step_tokens;
+    m.plain_residual = s.ple_dim == 0;
+    for (const Layer& L : m.layers) {
+      for (const DevMatrix* w : {&L.qkv, &L.o, &L.gate_up, &L.down})
+        m.fuse_tokens = std::min(m.fuse_tokens, w->affine ? m.affine_gemv_tokens : m.gemv_tokens);
+      m.plain_residual = m.plain_residual && !L.attn_out_norm.bytes() && !L.mlp_out_norm.bytes() &&
+                         L.scalar == 1.0f;
+    }
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "tandem: %.2f GB of weights on %s (%s) in %.1f s\n", total / 1e9,
                m.name.c_str(), info.name.c_str(), secs);
