@@ -26,6 +26,9 @@ struct HostFusion {
   bool accumulate = false;         // y starts as `base` (random) and is added to
   cuda::GemvGate gate = cuda::GemvGate::None;
   float eps = 1e-6f;
+  // GemvFusion::pre_add: the input is x + rmsnorm(pre_add) · pre_add_weight
+  // (pre_add: [n, cols], random), also written to residual_out.
+  std::vector<float> pre_add, pre_add_weight;
 };
 
 // The fusions every GEMV test runs, for a matrix of `rows` x `cols`.
@@ -52,9 +55,27 @@ inline std::vector<HostFusion> fusion_cases(int64_t rows, int64_t cols) {
   return out;
 }
 
+// The sandwich-norm cases (GemvFusion::pre_add) for n batch rows of `cols`:
+// gemv_bf16 only (cols % 8 == 0, n ≤ kGemvPreAddMaxRows).
+inline std::vector<HostFusion> pre_add_cases(int64_t rows, int64_t cols, int64_t n) {
+  std::vector<HostFusion> out(2);
+  out[0].name = "pre_add + norm + gelu gate";
+  out[0].gate = cuda::GemvGate::GeluTanh;
+  out[1].name = "pre_add + norm + bias";
+  out[1].bias = random_floats(size_t(rows), 15, 0.5f);
+  for (HostFusion& f : out) {
+    f.normalize = true;
+    f.norm_weight = random_floats(size_t(cols), 16, 1.f);
+    f.pre_add = random_floats(size_t(n * cols), 17, 3.f);
+    f.pre_add_weight = random_floats(size_t(cols), 18, 1.f);
+  }
+  if (rows % 2 != 0) out.erase(out.begin());
+  return out;
+}
+
 // Device copies of a case's vectors, alive as long as the GemvFusion.
 struct DeviceFusion {
-  cuda::DeviceBuffer norm_weight, bias;
+  cuda::DeviceBuffer norm_weight, bias, pre_add, pre_add_weight, residual_out;
   cuda::GemvFusion fusion;
   explicit DeviceFusion(const HostFusion& h) {
     fusion.normalize = h.normalize;
@@ -69,8 +90,52 @@ struct DeviceFusion {
       bias = upload(h.bias);
       fusion.bias = bias.as<float>();
     }
+    if (!h.pre_add.empty()) {
+      pre_add = upload(h.pre_add);
+      pre_add_weight = upload(h.pre_add_weight);
+      residual_out = upload(std::vector<float>(h.pre_add.size(), 0.f));
+      fusion.pre_add = pre_add.as<float>();
+      fusion.pre_add_weight = pre_add_weight.as<float>();
+      fusion.residual_out = residual_out.as<float>();
+    }
   }
 };
+
+// The input row t as the fused GEMV sees it: x, or x + rmsnorm(pre_add) ·
+// pre_add_weight (double).
+inline std::vector<double> fused_input(const std::vector<float>& x, int64_t t, int64_t cols,
+                                       const HostFusion& f) {
+  std::vector<double> in(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) in[size_t(c)] = x[size_t(t * cols + c)];
+  if (f.pre_add.empty()) return in;
+  double ss = 0;
+  for (int64_t c = 0; c < cols; ++c)
+    ss += double(f.pre_add[size_t(t * cols + c)]) * f.pre_add[size_t(t * cols + c)];
+  const double s1 = 1.0 / std::sqrt(ss / double(cols) + f.eps);
+  for (int64_t c = 0; c < cols; ++c)
+    in[size_t(c)] += s1 * f.pre_add[size_t(t * cols + c)] * f.pre_add_weight[size_t(c)];
+  return in;
+}
+
+// residual_out of a pre_add case against fused_input: f32 products and a
+// sum, 1e-6 of the terms' magnitudes.
+inline void expect_residual_out(const std::vector<float>& got, const std::vector<float>& x,
+                                int64_t n, int64_t cols, const HostFusion& f,
+                                const std::string& what) {
+  int bad = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const auto want = fused_input(x, t, cols, f);
+    for (int64_t c = 0; c < cols; ++c) {
+      const double w = want[size_t(c)],
+                   bound = 1e-6 * (std::fabs(w) + std::fabs(x[size_t(t * cols + c)]) + 1.0);
+      const double v = got[size_t(t * cols + c)];
+      if (!(std::fabs(v - w) <= bound) && bad++ < 3)
+        ADD_FAILURE() << what << " residual_out [" << t << ", " << c << "]: gpu " << v << " want "
+                      << w;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << " residual_out";
+}
 
 inline double act(cuda::GemvGate g, double v) {
   if (g == cuda::GemvGate::SiLU) return v / (1.0 + std::exp(-v));
@@ -80,8 +145,9 @@ inline double act(cuda::GemvGate g, double v) {
 // Checks `got` ([n, outputs]) against the unfused math over the widened
 // weights W ([rows, cols]) and x ([n, cols]); `base` is y before the call
 // (accumulate). f32 sums in another order: 1e-5 of Σ|w·x| per product; the
-// norm's scale, fast-math exp/tanh: 2e-6 of the output; the gate passes a
-// product's error on times |up| (the activations' slope is below 1.2).
+// norm's scale, fast-math exp/tanh: 2e-6 of the output (pre_add: 1e-5, its
+// sum of squares comes from three f32 sums); the gate passes a product's
+// error on times |up| (the activations' slope is below 1.2).
 inline void expect_fused_gemv(const std::vector<float>& got, const std::vector<float>& W,
                               int64_t rows, int64_t cols, const std::vector<float>& x, int64_t n,
                               const HostFusion& f, const std::vector<float>& base,
@@ -92,17 +158,17 @@ inline void expect_fused_gemv(const std::vector<float>& got, const std::vector<f
   int bad = 0;
   std::vector<double> dot(static_cast<size_t>(rows)), mag(static_cast<size_t>(rows));
   for (int64_t t = 0; t < n; ++t) {
-    const float* xt = x.data() + t * cols;
+    const std::vector<double> xt = fused_input(x, t, cols, f);
     double scale = 1.0;
     if (f.normalize) {
       double ss = 0;
-      for (int64_t c = 0; c < cols; ++c) ss += double(xt[c]) * xt[c];
+      for (int64_t c = 0; c < cols; ++c) ss += xt[size_t(c)] * xt[size_t(c)];
       scale = 1.0 / std::sqrt(ss / double(cols) + f.eps);
     }
     for (int64_t r = 0; r < rows; ++r) {
       double d = 0, m = 0;
       for (int64_t c = 0; c < cols; ++c) {
-        double xv = xt[c];
+        double xv = xt[size_t(c)];
         if (f.normalize) xv *= scale * (f.norm_weight.empty() ? 1.0 : f.norm_weight[size_t(c)]);
         const double p = double(W[size_t(r * cols + c)]) * xv;
         d += p;
@@ -123,7 +189,7 @@ inline void expect_fused_gemv(const std::vector<float>& got, const std::vector<f
         want = b + dot[size_t(o)];
         bound = mag[size_t(o)] + 1e-6 * std::fabs(b);
       }
-      bound += 2e-6 * std::fabs(want) + 1e-6;
+      bound += (f.pre_add.empty() ? 2e-6 : 1e-5) * std::fabs(want) + 1e-6;
       const double v = got[size_t(t * outputs + o)];
       if (!(std::fabs(v - want) <= bound) && bad++ < 3)
         ADD_FAILURE() << what << " [" << t << ", " << o << "]: gpu " << v << " want " << want

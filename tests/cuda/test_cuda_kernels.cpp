@@ -2,7 +2,8 @@
 // data with odd shapes. Tolerances, per op:
 //  - gemv_bf16: |gpu - cpu| ≤ 1e-5 · Σ|w·x| + 1e-6 (f32 sums in another order);
 //  - gemv_bf16 and gemv_f32 with each fusion (input norm, bias, residual
-//    add, gated activation) against the unfused math in double
+//    add, gated activation; gemv_bf16 also the sandwich norm's pre_add and
+//    its residual_out) against the unfused math in double
 //    (gemv_reference.h states the bound);
 //  - rmsnorm, gated activations, soft-cap: 2e-6 relative + 1e-6 absolute
 //    (fast-math exp/tanh);
@@ -133,6 +134,34 @@ TEST_F(CudaKernels, GemvFusionsMatchTheUnfusedMath) {
         }
 }
 
+TEST_F(CudaKernels, GemvPreAddMatchesTheUnfusedMath) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{1536, 1152}})
+    for (int64_t n : {1, 2})
+      for (const HostFusion& f : pre_add_cases(s.rows, s.cols, n)) {
+        const auto wf = random_floats(size_t(s.rows * s.cols), 31, 0.05f);
+        const auto w16 = to_bf16(wf);
+        std::vector<float> W(wf.size());
+        for (size_t i = 0; i < W.size(); ++i) W[i] = bf16_to_f32(w16[i]);
+        const auto x = random_floats(size_t(n * s.cols), 32, 2.f);
+        const int64_t outputs = f.gate != cuda::GemvGate::None ? s.rows / 2 : s.rows;
+        auto dw16 = upload(w16);
+        auto dx = upload(x);
+        auto dy = upload(std::vector<float>(size_t(n * outputs), 0.f));
+        DeviceFusion df(f);
+        cuda::gemv_bf16(dw16.as<uint16_t>(), s.rows, s.cols, dx.as<float>(), n, dy.as<float>(),
+                        nullptr, df.fusion);
+        const std::string what = std::to_string(s.rows) + "x" + std::to_string(s.cols) +
+                                 " n=" + std::to_string(n) + " " + f.name;
+        expect_fused_gemv(download<float>(dy, size_t(n * outputs)), W, s.rows, s.cols, x, n, f, {},
+                          what);
+        expect_residual_out(download<float>(df.residual_out, size_t(n * s.cols)), x, n, s.cols, f,
+                            what);
+      }
+}
+
 TEST_F(CudaKernels, GemvRejectsFusionsItCannotDo) {
   cuda::DeviceBuffer w(64 * 64 * 2), x(64 * 4), y(64 * 4);
   cuda::GemvFusion gated_add;
@@ -146,6 +175,37 @@ TEST_F(CudaKernels, GemvRejectsFusionsItCannotDo) {
   EXPECT_THROW(
       cuda::gemv_bf16(w.as<uint16_t>(), 63, 64, x.as<float>(), 1, y.as<float>(), nullptr, gated),
       Error);
+  // pre_add: bf16 rows of cols % 8 == 0, batches of at most 2, with
+  // normalize, a weight and a residual_out; never f32 weights.
+  cuda::DeviceBuffer o(64 * 4 * 3), ow(64 * 4), res(64 * 4 * 3);
+  cuda::GemvFusion pre;
+  pre.normalize = true;
+  pre.pre_add = o.as<float>();
+  pre.pre_add_weight = ow.as<float>();
+  pre.residual_out = res.as<float>();
+  cuda::DeviceBuffer x3(64 * 4 * 3), y3(64 * 4 * 3), wf(64 * 64 * 4);
+  EXPECT_NO_THROW(
+      cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x3.as<float>(), 2, y3.as<float>(), nullptr, pre));
+  EXPECT_THROW(
+      cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x3.as<float>(), 3, y3.as<float>(), nullptr, pre),
+      Error);
+  EXPECT_THROW(
+      cuda::gemv_bf16(w.as<uint16_t>(), 64, 60, x3.as<float>(), 1, y3.as<float>(), nullptr, pre),
+      Error);
+  EXPECT_THROW(
+      cuda::gemv_f32(wf.as<float>(), 64, 64, x3.as<float>(), 1, y3.as<float>(), nullptr, pre),
+      Error);
+  cuda::GemvFusion no_out = pre;
+  no_out.residual_out = nullptr;
+  EXPECT_THROW(
+      cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x3.as<float>(), 1, y3.as<float>(), nullptr, no_out),
+      Error);
+  cuda::GemvFusion no_norm = pre;
+  no_norm.normalize = false;
+  EXPECT_THROW(cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x3.as<float>(), 1, y3.as<float>(), nullptr,
+                               no_norm),
+               Error);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST_F(CudaKernels, RmsnormMatchesCpu) {

@@ -371,6 +371,14 @@ struct Decoder::Impl {
   // ministral): the residual add and the next input norm move into the
   // projections around them; else only the gated activation does.
   bool plain_residual = false;
+  // Sandwich norms on every layer (Gemma) and dense bf16 matrices with
+  // cols % 8 == 0: steps of up to kGemvPreAddMaxRows tokens defer each
+  // block's output norm + residual add into the next projection
+  // (GemvFusion::pre_add), the residual stream alternating between h and
+  // h_alt (hcur is the live one).
+  bool sandwich = false;
+  float* hcur = nullptr;
+  float* hnext = nullptr;
   // Query tiles of this step for attention_prefill (0: the decode kernel
   // for every token), after decode_prefix tokens that take the decode
   // kernel (plan_prefill_attention).
@@ -391,7 +399,8 @@ struct Decoder::Impl {
   std::vector<Layer> layers;
 
   // Activations for max_tokens tokens.
-  DeviceBuffer h, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, logits, partial;
+  DeviceBuffer h, h_alt, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, logits,
+      partial;
   DeviceBuffer halves;   // [2, max_tokens, widest non-head projection] f32: the hi/lo GEMM output
   DeviceBuffer dequant;  // bf16 hi, then lo, rows of an affine matrix for prefill (empty: none)
 
@@ -598,7 +607,10 @@ struct Decoder::Impl {
     PdlScope pdl(T <= gemv_tokens);  // measured: a gain at batch 1, a loss at 32 (runtime.h)
     const ModelSpec& s = spec;
     const int64_t D = s.hidden, V = s.vocab;
-    float* hp = h.as<float>();
+    const Fuse fuse = fused_step(T);
+    hcur = h.as<float>();
+    hnext = fuse == Fuse::Sandwich ? h_alt.as<float>() : nullptr;
+    float* hp = hcur;
     float* xp = x.as<float>();
     if (profiling) {
       if (!capturing) device_sleep(20'000'000, stream);  // the host queues the step meanwhile
@@ -609,22 +621,25 @@ struct Decoder::Impl {
       scatter_rows(image_rows.as<float>(), dev<int32_t>(off_image_rows), n_images, D, hp, stream);
     mark("embed");
     if (s.ple_dim > 0) per_layer_inputs(T);
-    const Fuse fuse = fused_step(T);
     // The MLP's residual add also computes the next layer's input norm when
-    // nothing (per-layer inputs, a layer scalar) comes between them.
-    bool x_ready = false;
+    // nothing (per-layer inputs, a layer scalar) comes between them; under
+    // Fuse::Sandwich it is deferred into the next layer's q/k/v GEMV instead
+    // (`pending`: out holds layer l - 1's MLP output, not yet added).
+    bool x_ready = false, pending = false;
     for (int64_t l = 0; l < s.layers; ++l) {
-      attention_block(l, T, x_ready, fuse);
+      attention_block(l, T, x_ready, pending, fuse);
       const float scalar = layers[size_t(l)].scalar;
-      x_ready = fuse != Fuse::Residual && s.ple_dim == 0 && scalar == 1.0f && l + 1 < s.layers;
-      mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr, fuse);
+      const bool next_direct = s.ple_dim == 0 && scalar == 1.0f && l + 1 < s.layers;
+      x_ready = fuse != Fuse::Residual && fuse != Fuse::Sandwich && next_direct;
+      pending = fuse == Fuse::Sandwich && next_direct;
+      mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr, pending, fuse);
       if (s.ple_dim > 0) per_layer_block(l, T);
       if (scalar != 1.0f) {
-        scale_inplace(hp, T * D, scalar, stream);
+        scale_inplace(hcur, T * D, scalar, stream);
         mark("layer scalar");
       }
     }
-    gather_rows(hp, dev<int32_t>(off_logit_rows), R, D, xp, stream);
+    gather_rows(hcur, dev<int32_t>(off_logit_rows), R, D, xp, stream);
     rmsnorm(xp, ptr(final_norm), R, D, s.norm_eps, xp, stream);
     mark("final norm");
     linear("head", head_tied ? embed : head, DeviceBuffer(), xp, R, logits.as<float>());
@@ -633,21 +648,42 @@ struct Decoder::Impl {
   }
 
   // What a step of T tokens fuses into its projections (GemvFusion): None
-  // (cuBLAS steps), Gate (the gated activation into gate/up), or Residual
+  // (cuBLAS steps), Gate (the gated activation into gate/up), Residual
   // (also each block's input norm into its first projection and the
-  // residual add into its last: plain_residual models).
-  enum class Fuse { None, Gate, Residual };
+  // residual add into its last: plain_residual models), or Sandwich (the
+  // gated activation, and each block's output norm + residual add + the
+  // next input norm into the next block's first projection: `sandwich`).
+  enum class Fuse { None, Gate, Residual, Sandwich };
   Fuse fused_step(int64_t T) const {
     if (T > fuse_tokens) return Fuse::None;
-    return plain_residual ? Fuse::Residual : Fuse::Gate;
+    if (plain_residual) return Fuse::Residual;
+    return sandwich && T <= kGemvPreAddMaxRows ? Fuse::Sandwich : Fuse::Gate;
   }
+
+  // The input norm of a block whose first projection reads the residual
+  // stream itself (Fuse::Residual, Fuse::Sandwich). With `pre_norm`, the
+  // stream is first advanced by rmsnorm(out) · pre_norm (the previous
+  // block's deferred output), written to hnext, which becomes hcur.
+  GemvFusion stream_input(const DeviceBuffer& norm, const DeviceBuffer* pre_norm) {
+    GemvFusion f;
+    f.normalize = true;
+    f.norm_weight = ptr(norm);
+    f.norm_eps = spec.norm_eps;
+    if (pre_norm) {
+      f.pre_add = out.as<float>();
+      f.pre_add_weight = ptr(*pre_norm);
+      f.residual_out = hnext;
+    }
+    return f;
+  }
+  void advance_stream() { std::swap(hcur, hnext); }
 
   // Gemma 4: ple[t, l] = (norm(proj(h) · D^-0.5)[l] + E_ple[id] · sqrt(P)) · 2^-0.5
   void per_layer_inputs(int64_t T) {
     const ModelSpec& s = spec;
     const int64_t P = s.ple_dim, LP = s.layers * P;
     float* pp = ple.as<float>();
-    linear("ple model proj", ple_model_proj, DeviceBuffer(), h.as<float>(), T, pp);
+    linear("ple model proj", ple_model_proj, DeviceBuffer(), hcur, T, pp);
     scale_inplace(pp, T * LP, 1.0f / std::sqrt(float(s.hidden)), stream);
     rmsnorm(pp, ptr(ple_proj_norm), T * s.layers, P, s.norm_eps, pp, stream);
     embed_tokens(ple_embed, dev<int32_t>(off_ple_ids), T, model.weights.ple_embed_scale,
@@ -657,19 +693,21 @@ struct Decoder::Impl {
   }
 
   // x_ready: x already holds this layer's normed input. Fuse::Residual:
-  // the qkv GEMV norms h itself and the o GEMV adds into h.
-  void attention_block(int64_t l, int64_t T, bool x_ready, Fuse fuse) {
+  // the qkv GEMV norms h itself and the o GEMV adds into h. Fuse::Sandwich:
+  // the qkv GEMV norms h (after adding the previous MLP's output when
+  // `pending`), and the o projection's output waits in `out` for the
+  // gate/up GEMV.
+  void attention_block(int64_t l, int64_t T, bool x_ready, bool pending, Fuse fuse) {
     const ModelSpec& s = spec;
     const LayerSpec& ls = s.layer[size_t(l)];
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, Dh = ls.head_dim;
-    float *hp = h.as<float>(), *xp = x.as<float>(), *qp = q.as<float>();
-    if (fuse == Fuse::Residual) {
-      GemvFusion norm_in;
-      norm_in.normalize = true;
-      norm_in.norm_weight = ptr(L.attn_in_norm);
-      norm_in.norm_eps = s.norm_eps;
-      linear("qkv proj (+ norm)", L.qkv, L.qkv_bias, hp, T, qkv.as<float>(), norm_in);
+    float *hp = hcur, *xp = x.as<float>(), *qp = q.as<float>();
+    if (fuse == Fuse::Residual || fuse == Fuse::Sandwich) {
+      const DeviceBuffer* pre = pending ? &layers[size_t(l - 1)].mlp_out_norm : nullptr;
+      linear(pre ? "qkv proj (+ residual, norm)" : "qkv proj (+ norm)", L.qkv, L.qkv_bias, hp, T,
+             qkv.as<float>(), stream_input(L.attn_in_norm, pre));
+      if (pre) advance_stream();
     } else {
       if (!x_ready) {
         rmsnorm(hp, ptr(L.attn_in_norm), T, D, s.norm_eps, xp, stream);
@@ -745,34 +783,37 @@ struct Decoder::Impl {
     if (fuse == Fuse::Residual) {
       GemvFusion add;
       add.accumulate = true;
-      linear("o proj (+ residual)", L.o, L.o_bias, attn.as<float>(), T, hp, add);
+      linear("o proj (+ residual)", L.o, L.o_bias, attn.as<float>(), T, hcur, add);
       return;
     }
     float* op = out.as<float>();
     linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op);
-    residual_norm(hp, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps, stream);
+    if (fuse == Fuse::Sandwich) return;
+    residual_norm(hcur, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps, stream);
     mark("residual + norm");
   }
 
   // Expects x = the MLP's normed input (attention_block leaves it), except
-  // under Fuse::Residual (gate/up norms h itself, down adds into h);
-  // next_norm: also leave the next layer's normed input in x.
-  void mlp_block(int64_t l, int64_t T, const float* next_norm, Fuse fuse) {
+  // under Fuse::Residual (gate/up norms h itself, down adds into h) and
+  // Fuse::Sandwich (gate/up adds the attention output to h and norms it);
+  // next_norm: also leave the next layer's normed input in x; defer (only
+  // Fuse::Sandwich): leave the MLP's output in `out` for the next layer.
+  void mlp_block(int64_t l, int64_t T, const float* next_norm, bool defer, Fuse fuse) {
     const ModelSpec& s = spec;
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, F = s.layer[size_t(l)].intermediate;
-    float *hp = h.as<float>(), *xp = x.as<float>(), *op = out.as<float>();
+    float *xp = x.as<float>(), *op = out.as<float>();
     if (fuse != Fuse::None) {
+      const bool from_stream = fuse == Fuse::Residual || fuse == Fuse::Sandwich;
       GemvFusion f;
+      if (from_stream)
+        f = stream_input(L.mlp_in_norm, fuse == Fuse::Sandwich ? &L.attn_out_norm : nullptr);
       f.gate = s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh;
-      if (fuse == Fuse::Residual) {
-        f.normalize = true;
-        f.norm_weight = ptr(L.mlp_in_norm);
-        f.norm_eps = s.norm_eps;
-      }
-      linear(fuse == Fuse::Residual ? "gate/up proj (+ norm, activation)"
-                                    : "gate/up proj (+ activation)",
-             L.gate_up, L.gate_up_bias, fuse == Fuse::Residual ? hp : xp, T, gate.as<float>(), f);
+      linear(fuse == Fuse::Sandwich   ? "gate/up proj (+ residual, norm, activation)"
+             : fuse == Fuse::Residual ? "gate/up proj (+ norm, activation)"
+                                      : "gate/up proj (+ activation)",
+             L.gate_up, L.gate_up_bias, from_stream ? hcur : xp, T, gate.as<float>(), f);
+      if (fuse == Fuse::Sandwich) advance_stream();
     } else {
       linear("gate/up proj", L.gate_up, L.gate_up_bias, xp, T, gate_up.as<float>());
       if (s.activation == Activation::SiLU)
@@ -781,6 +822,7 @@ struct Decoder::Impl {
         gelu_tanh_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
       mark("gated activation");
     }
+    float* hp = hcur;
     if (fuse == Fuse::Residual) {
       GemvFusion add;
       add.accumulate = true;
@@ -788,6 +830,7 @@ struct Decoder::Impl {
       return;
     }
     linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op);
+    if (defer) return;
     residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,
                   s.norm_eps, stream);
     mark("residual + norm");
@@ -798,7 +841,7 @@ struct Decoder::Impl {
     const ModelSpec& s = spec;
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
-    float *hp = h.as<float>(), *gp = ple_gate.as<float>(), *op = out.as<float>();
+    float *hp = hcur, *gp = ple_gate.as<float>(), *op = out.as<float>();
     linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp);
     if (s.activation == Activation::SiLU)
       silu_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
@@ -966,6 +1009,14 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
       m.plain_residual = m.plain_residual && !L.attn_out_norm.bytes() && !L.mlp_out_norm.bytes() &&
                          L.scalar == 1.0f;
     }
+    // GemvFusion::pre_add: gemv_bf16's vector kernel, on the two
+    // projections that read the residual stream.
+    m.sandwich = !m.plain_residual && s.hidden % 8 == 0;
+    for (const Layer& L : m.layers)
+      m.sandwich = m.sandwich && L.attn_in_norm.bytes() && L.attn_out_norm.bytes() &&
+                   L.mlp_in_norm.bytes() && L.mlp_out_norm.bytes() && !L.qkv.affine &&
+                   L.qkv.dtype == DType::BF16 && !L.gate_up.affine &&
+                   L.gate_up.dtype == DType::BF16;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "tandem: %.2f GB of weights on %s (%s) in %.1f s\n", total / 1e9,
@@ -990,6 +1041,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   const size_t T = size_t(max_step_tokens), D = size_t(s.hidden), V = size_t(s.vocab),
                LP = size_t(s.layers * s.ple_dim);
   for (DeviceBuffer* b : {&m.h, &m.x, &m.out}) *b = DeviceBuffer(T * D * 4);
+  if (m.sandwich) m.h_alt = DeviceBuffer(T * D * 4);
   m.qkv = DeviceBuffer(T * size_t(max_qkv) * 4);
   m.q = DeviceBuffer(T * size_t(max_q) * 4);
   m.attn = DeviceBuffer(T * size_t(max_q) * 4);

@@ -11,7 +11,17 @@ namespace tandem::cuda {
 
 namespace gemv {
 
-void check_fusion(const GemvFusion& f, int64_t rows, const char* what) {
+void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_add_ok) {
+  if (f.pre_add && !pre_add_ok)
+    fail(
+        "%s: the sandwich-norm fusion (pre_add) runs only in gemv_bf16 over cols %% 8 == 0, "
+        "16-byte aligned rows and batches of at most %lld",
+        what, (long long)kGemvPreAddMaxRows);
+  if (f.pre_add && (!f.normalize || !f.pre_add_weight || !f.residual_out))
+    fail(
+        "%s: the sandwich-norm fusion (pre_add) needs normalize, a pre_add_weight and a "
+        "residual_out",
+        what);
   if (f.accumulate && f.gate != GemvGate::None)
     fail("%s: a gated GEMV cannot also accumulate into its output", what);
   if (f.gate != GemvGate::None && rows % 2 != 0)
@@ -31,6 +41,59 @@ __device__ __forceinline__ float bf16_lo(uint32_t v) {
 __device__ __forceinline__ float bf16_hi(uint32_t v) {
   return __uint_as_float(v & 0xffff0000u);
 }
+// Eight bf16 weights, widened.
+__device__ __forceinline__ void widen8(const uint4& v, float (&w)[8]) {
+  w[0] = bf16_lo(v.x), w[1] = bf16_hi(v.x), w[2] = bf16_lo(v.y), w[3] = bf16_hi(v.y);
+  w[4] = bf16_lo(v.z), w[5] = bf16_hi(v.z), w[6] = bf16_lo(v.w), w[7] = bf16_hi(v.w);
+}
+
+// Chunk i + 32u (u < UNROLL) of each of the warp's ROWS rows into v.
+template <int ROWS, int UNROLL>
+__device__ __forceinline__ void load_chunks(const uint4* (&w)[ROWS], int64_t i,
+                                            uint4 (&v)[ROWS][UNROLL]) {
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) v[r][u] = __ldg(w[r] + i + 32 * u);
+}
+
+// The rest of a warp's pass over its rows' `chunks` 16-byte chunks (lane
+// takes chunks lane, lane + 32, ...), UNROLL per row in flight; v holds
+// the first batch (loaded before the PDL wait when there is a whole one).
+// consume(wv, c): the rows' chunks at column c.
+template <int ROWS, int UNROLL, class Consume>
+__device__ __forceinline__ void stream_rows(const uint4* (&w)[ROWS], int64_t chunks,
+                                            uint4 (&v)[ROWS][UNROLL], Consume&& consume) {
+  const int lane = threadIdx.x % 32;
+  int64_t i = lane;
+  for (; i + 32 * (UNROLL - 1) < chunks; i += 32 * UNROLL) {
+    if (i != lane) load_chunks<ROWS, UNROLL>(w, i, v);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      uint4 wv[ROWS];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) wv[r] = v[r][u];
+      consume(wv, (i + 32 * u) * 8);
+    }
+  }
+  for (; i < chunks; i += 32) {
+    uint4 wv[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) wv[r] = __ldg(w[r] + i);
+    consume(wv, i * 8);
+  }
+}
+
+__device__ __forceinline__ float dot8(const float (&w)[8], float4 a, float4 b) {
+  return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z +
+         w[7] * b.w;
+}
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) {
+  return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
+}
+__device__ __forceinline__ float sum4(float4 a) {
+  return a.x + a.y + a.z + a.w;
+}
 
 // The products of the 8-column chunk at column c: the warp's ROWS weight
 // chunks `wv` against every batch row's activations, each loaded once for
@@ -42,11 +105,7 @@ __device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* __r
                                        float (&acc)[ROWS][N], float (&ss)[N]) {
   float w[ROWS][8];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    w[r][0] = bf16_lo(wv[r].x), w[r][1] = bf16_hi(wv[r].x), w[r][2] = bf16_lo(wv[r].y);
-    w[r][3] = bf16_hi(wv[r].y), w[r][4] = bf16_lo(wv[r].z), w[r][5] = bf16_hi(wv[r].z);
-    w[r][6] = bf16_lo(wv[r].w), w[r][7] = bf16_hi(wv[r].w);
-  }
+  for (int r = 0; r < ROWS; ++r) widen8(wv[r], w[r]);
   float4 ga = make_float4(1.f, 1.f, 1.f, 1.f), gb = ga;
   if (f.normalize && f.norm_weight) {
     ga = __ldg(reinterpret_cast<const float4*>(f.norm_weight + c));
@@ -57,15 +116,11 @@ __device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* __r
     const float4* xp = reinterpret_cast<const float4*>(x + t * cols + c);
     float4 a = __ldg(xp), b = __ldg(xp + 1);
     if (f.normalize) {
-      ss[t] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z +
-               b.w * b.w;
-      a.x *= ga.x, a.y *= ga.y, a.z *= ga.z, a.w *= ga.w;
-      b.x *= gb.x, b.y *= gb.y, b.z *= gb.z, b.w *= gb.w;
+      ss[t] += sum4(mul4(a, a)) + sum4(mul4(b, b));
+      a = mul4(a, ga), b = mul4(b, gb);
     }
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r)
-      acc[r][t] += w[r][0] * a.x + w[r][1] * a.y + w[r][2] * a.z + w[r][3] * a.w + w[r][4] * b.x +
-                   w[r][5] * b.y + w[r][6] * b.z + w[r][7] * b.w;
+    for (int r = 0; r < ROWS; ++r) acc[r][t] += dot8(w[r], a, b);
   }
 }
 
@@ -76,7 +131,8 @@ __device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* __r
 template <int N, int ROWS, int UNROLL, bool GATED>
 __global__ void gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
                               const float* __restrict__ x, float* y, GemvFusion f) {
-  const WarpRows<ROWS, GATED> wr(int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32, rows);
+  const int64_t unit = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const WarpRows<ROWS, GATED> wr(unit, rows);
   const int lane = threadIdx.x % 32;
   if (!wr.any()) return;
   const int64_t chunks = cols / 8;
@@ -84,46 +140,135 @@ __global__ void gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int6
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) w[r] = reinterpret_cast<const uint4*>(W + wr.row(r) * cols);
   float acc[ROWS][N], ss[N];
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    ss[t] = 0.f;
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) acc[r][t] = 0.f;
-  }
+  zero_sums(acc, ss);
   // The first weight loads go out before waiting for the previous kernel
   // (PDL: weights are never written), so they overlap its tail.
   pdl_launch_dependents();
-  int64_t i = lane;
   uint4 v[ROWS][UNROLL];
-  if (i + 32 * (UNROLL - 1) < chunks) {
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) v[r][u] = __ldg(w[r] + i + 32 * u);
-  }
+  if (lane + 32 * (UNROLL - 1) < chunks) load_chunks<ROWS, UNROLL>(w, lane, v);
   pdl_wait();
-  for (; i + 32 * (UNROLL - 1) < chunks; i += 32 * UNROLL) {
-    if (i != lane) {
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) v[r][u] = __ldg(w[r] + i + 32 * u);
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      uint4 wv[ROWS];
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) wv[r] = v[r][u];
-      chunk8<N, ROWS>(wv, x, cols, (i + 32 * u) * 8, f, acc, ss);
-    }
-  }
-  for (; i < chunks; i += 32) {
-    uint4 wv[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) wv[r] = __ldg(w[r] + i);
-    chunk8<N, ROWS>(wv, x, cols, i * 8, f, acc, ss);
-  }
+  stream_rows<ROWS, UNROLL>(w, chunks, v, [&](const uint4(&wv)[ROWS], int64_t c) {
+    chunk8<N, ROWS>(wv, x, cols, c, f, acc, ss);
+  });
   finish<N, ROWS, GATED>(wr, acc, ss, cols, f, y);
+}
+
+// GemvFusion::pre_add (Gemma's sandwich norms), cols % 8 == 0. Every block
+// first builds the normalized input row h' · norm_weight of each batch row
+// in shared memory, so its warps read it from there: per warp, pre_add's
+// four input vectors from L1/L2 cost more than the weights it streams
+// (measured: per-warp loads made Gemma's batch-1 step slower, not faster).
+// The prologue is one pass over global memory: x, pre_add · pre_add_weight
+// and norm_weight go to shared memory while the block sums Σ pre_add², Σ x²,
+// Σ x·u and Σ u² (u = pre_add · pre_add_weight); then s1 = 1 / RMS(pre_add),
+// h' = x + s1 · u, and Σ h'² = Σ x² + 2 s1 Σ x·u + s1² Σ u² gives the
+// second scale without another pass. Each block writes its share of h' to
+// residual_out (float4 i goes to block i mod grid). The first weight loads
+// go out before the prologue.
+// Shared memory: (2N + 1) · cols floats (pre_add_smem_bytes).
+size_t pre_add_smem_bytes(int n, int64_t cols) {
+  return size_t(2 * n + 1) * size_t(cols) * sizeof(float);
+}
+
+template <int N, int ROWS, int UNROLL, bool GATED>
+__global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
+                                  const float* __restrict__ x, float* y, GemvFusion f) {
+  extern __shared__ __align__(16) float staged[];
+  float* hs = staged;                 // [N][cols]: x, then h' · norm_weight
+  float* us = staged + N * cols;      // [N][cols]: pre_add · pre_add_weight
+  float* gs = staged + 2 * N * cols;  // [cols]: norm_weight (1 when null)
+  __shared__ float partial[kWarpsPerBlock][4 * N];
+  const int64_t unit = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const WarpRows<ROWS, GATED> wr(unit, rows);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t chunks = cols / 8;
+  const uint4* w[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) w[r] = reinterpret_cast<const uint4*>(W + wr.row(r) * cols);
+  pdl_launch_dependents();
+  uint4 v[ROWS][UNROLL];
+  if (wr.any() && lane + 32 * (UNROLL - 1) < chunks) load_chunks<ROWS, UNROLL>(w, lane, v);
+  pdl_wait();
+
+  // Prologue: stage and sum (oo, xx, xu, uu per batch row).
+  float sums[4 * N];
+#pragma unroll
+  for (int k = 0; k < 4 * N; ++k) sums[k] = 0.f;
+  const int64_t quads = cols / 4;
+  for (int64_t i = threadIdx.x; i < quads; i += blockDim.x) {
+    const float4 pw = __ldg(reinterpret_cast<const float4*>(f.pre_add_weight) + i);
+    const float4 g = f.norm_weight ? __ldg(reinterpret_cast<const float4*>(f.norm_weight) + i)
+                                   : make_float4(1.f, 1.f, 1.f, 1.f);
+    reinterpret_cast<float4*>(gs)[i] = g;
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(x + t * cols) + i);
+      const float4 o = __ldg(reinterpret_cast<const float4*>(f.pre_add + t * cols) + i);
+      const float4 u = mul4(o, pw);
+      reinterpret_cast<float4*>(hs + t * cols)[i] = a;
+      reinterpret_cast<float4*>(us + t * cols)[i] = u;
+      sums[4 * t] += sum4(mul4(o, o));
+      sums[4 * t + 1] += sum4(mul4(a, a));
+      sums[4 * t + 2] += sum4(mul4(a, u));
+      sums[4 * t + 3] += sum4(mul4(u, u));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 4 * N; ++k) {
+    const float s = warp_sum(sums[k]);
+    if (lane == 0) partial[warp][k] = s;
+  }
+  __syncthreads();
+  float s1[N], s2[N];
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    float oo = 0.f, xx = 0.f, xu = 0.f, uu = 0.f;
+#pragma unroll
+    for (int j = 0; j < kWarpsPerBlock; ++j) {
+      oo += partial[j][4 * t], xx += partial[j][4 * t + 1];
+      xu += partial[j][4 * t + 2], uu += partial[j][4 * t + 3];
+    }
+    s1[t] = inv_rms(oo, cols, f.norm_eps);
+    s2[t] = inv_rms(fmaxf(xx + 2.f * s1[t] * xu + s1[t] * s1[t] * uu, 0.f), cols, f.norm_eps);
+  }
+  // h' = x + s1 · u: this block's share to residual_out, h' · g to hs.
+  for (int64_t i = threadIdx.x; i < quads; i += blockDim.x) {
+    const float4 g = reinterpret_cast<const float4*>(gs)[i];
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      const float4 a = reinterpret_cast<const float4*>(hs + t * cols)[i];
+      const float4 u = reinterpret_cast<const float4*>(us + t * cols)[i];
+      const float4 h =
+          make_float4(a.x + s1[t] * u.x, a.y + s1[t] * u.y, a.z + s1[t] * u.z, a.w + s1[t] * u.w);
+      if (i % gridDim.x == blockIdx.x) reinterpret_cast<float4*>(f.residual_out + t * cols)[i] = h;
+      reinterpret_cast<float4*>(hs + t * cols)[i] = mul4(h, g);
+    }
+  }
+  __syncthreads();
+  if (!wr.any()) return;
+
+  float acc[ROWS][N], ss[N];
+  zero_sums(acc, ss);
+  stream_rows<ROWS, UNROLL>(w, chunks, v, [&](const uint4(&wv)[ROWS], int64_t c) {
+    float wf[ROWS][8];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) widen8(wv[r], wf[r]);
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      const float4 a = *reinterpret_cast<const float4*>(hs + t * cols + c);
+      const float4 b = *reinterpret_cast<const float4*>(hs + t * cols + c + 4);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) acc[r][t] += dot8(wf[r], a, b);
+    }
+  });
+  // The norm's scale is linear in each lane's partial sums.
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int t = 0; t < N; ++t) acc[r][t] *= s2[t];
+  GemvFusion plain = f;
+  plain.normalize = false;
+  finish<N, ROWS, GATED>(wr, acc, ss, cols, plain, y);
 }
 
 __device__ __forceinline__ float widen(float w) {
@@ -195,6 +340,16 @@ void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, f
   constexpr int kUnroll = kRows == 1 ? 4 : 2;
   const int64_t units = WarpRows<kRows, GATED>::units(rows);
   const unsigned blocks = unsigned((units + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  if constexpr (N <= kGemvPreAddMaxRows) {
+    if (f.pre_add) {
+      const auto kernel = gemv_bf16_pre_add<N, kRows, kUnroll, GATED>;
+      const size_t smem = pre_add_smem_bytes(N, cols);
+      if (smem > (size_t(48) << 10))
+        allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
+      launch(kernel, blocks, kWarpsPerBlock * 32, smem, stream, W, rows, cols, x, y, f);
+      return;
+    }
+  }
   launch(gemv_bf16_vec<N, kRows, kUnroll, GATED>, blocks, kWarpsPerBlock * 32, 0, stream, W, rows,
          cols, x, y, f);
 }
@@ -235,9 +390,18 @@ void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
                cudaStream_t stream, const GemvFusion& fusion) {
   if (rows <= 0 || n <= 0) return;
-  check_fusion(fusion, rows, "gemv_bf16");
   const bool vec = cols % 8 == 0 && aligned16(W) && aligned16(x) &&
                    (!fusion.normalize || !fusion.norm_weight || aligned16(fusion.norm_weight));
+  // pre_add: one batch run (its pointers are not offset per run).
+  static_assert(kGemvPreAddMaxRows <= kMaxBatch, "a pre_add GEMV is one batch run");
+  bool pre_add_ok = false;
+  if (fusion.pre_add && vec && n <= kGemvPreAddMaxRows && aligned16(fusion.pre_add) &&
+      aligned16(fusion.pre_add_weight) && aligned16(fusion.residual_out)) {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    pre_add_ok = pre_add_smem_bytes(int(n), cols) <= launch_limits(device).smem_optin;
+  }
+  check_fusion(fusion, rows, "gemv_bf16", pre_add_ok);
   if (!vec) {
     launch_any<uint16_t, false>(W, rows, cols, x, n, y, fusion, stream);
     CUDA_CHECK(cudaGetLastError());

@@ -39,11 +39,23 @@ struct WarpRows {
     const int64_t c = o < outputs ? o : outputs - 1;
     return GATED && r >= kOutputs ? outputs + c : c;
   }
-  static int64_t units(int64_t rows) {
+  __host__ __device__ static int64_t units(int64_t rows) {
     const int64_t outs = GATED ? rows / 2 : rows;
     return (outs + kOutputs - 1) / kOutputs;
   }
 };
+
+// A warp's partial sums, zeroed: acc[r][t] (row r, batch row t) and the
+// sums of squares ss[t] of a normalized input.
+template <int N, int ROWS>
+__device__ __forceinline__ void zero_sums(float (&acc)[ROWS][N], float (&ss)[N]) {
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    ss[t] = 0.f;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) acc[r][t] = 0.f;
+  }
+}
 
 // 1 / RMS of a batch row from its sum of squares (the norm's scale).
 __device__ __forceinline__ float inv_rms(float sum_sq, int64_t cols, float eps) {
@@ -110,7 +122,8 @@ void for_batch_runs(int64_t n, Run&& run) {
   }
 }
 
-// The host-side checks every GEMV entry point makes of a fusion.
-void check_fusion(const GemvFusion& f, int64_t rows, const char* what);
+// The host-side checks every GEMV entry point makes of a fusion;
+// pre_add_ok: whether this call can do GemvFusion::pre_add.
+void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_add_ok = false);
 
 }  // namespace tandem::cuda::gemv

@@ -25,7 +25,16 @@ enum class GemvGate { None, SiLU, GeluTanh };
 //  - accumulate: y[t, r] += result (the residual add), else y[t, r] = result;
 //  - gate: W holds 2F rows, the gate's then the up projection's; y is
 //    [n, F] with y[t, j] = act(gate row j) · (up row j) (the gated MLP).
+//  - pre_add (Gemma's sandwich norms; with normalize, gemv_bf16 over
+//    cols % 8 == 0 only): the input row is h' = x + rmsnorm(pre_add) ·
+//    pre_add_weight (eps norm_eps), normalized as above, and the kernel also
+//    writes h' to residual_out ([n, cols]; must not alias x or pre_add).
+//    So the residual add of a block's output norm and the next input norm
+//    ride in the next projection. Each thread block stages the normed h' in
+//    shared memory first (gemv.cu, gemv_bf16_pre_add). Batches of up to
+//    kGemvPreAddMaxRows rows.
 // accumulate and gate exclude each other.
+constexpr int64_t kGemvPreAddMaxRows = 2;
 struct GemvFusion {
   bool normalize = false;
   const float* norm_weight = nullptr;
@@ -33,6 +42,9 @@ struct GemvFusion {
   const float* bias = nullptr;
   bool accumulate = false;
   GemvGate gate = GemvGate::None;
+  const float* pre_add = nullptr;
+  const float* pre_add_weight = nullptr;
+  float* residual_out = nullptr;
 };
 
 // y[t, r] = Σ_c W[r, c] · x[t, c] for t < n, r < rows: the decode GEMV

@@ -76,12 +76,7 @@ __global__ void gemv_affine_kernel(const uint32_t* __restrict__ W, const float* 
     bi[r] = biases + size_t(row) * size_t(groups);
   }
   float acc[ROWS][N], ss[N];
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    ss[t] = 0.f;
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) acc[r][t] = 0.f;
-  }
+  zero_sums(acc, ss);
   uint32_t v[ROWS][UNROLL];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r)
