@@ -363,13 +363,14 @@ TEST(Kernels, MatmulRejectsNonFloatWeights) {
 
 TEST(Kernels, MatmulDoesNotReadPastItsInputs) {
   // x and W end right before an unmapped page; tails must use masked or
-  // bounded loads.
+  // bounded loads — in the streaming kernel (n up to 16) and the GEMM (17
+  // and 33 rows: a partial micro-tile of activation rows).
   IsaGuard guard;
   ThreadPool pool(2);
   std::mt19937 rng(7);
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     for (int64_t cols : {1, 3, 17, 33, 1030}) {
-      for (int64_t n : {1, 3, 7}) {
+      for (int64_t n : {1, 3, 7, 17, 33}) {
         const int64_t rows = 9;
         const TestWeights ref = make_weights(dtype, rows, cols, rng);
         GuardedBuffer wbuf(ref.view().nbytes());
