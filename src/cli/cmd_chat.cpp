@@ -106,6 +106,7 @@ struct LocalServer {
     } else {
       try {
         tower = VisionTower::load(*model);
+        place_vision_tower(*tower, config.device);
         vision.loaded = true;
         if (!model->mmproj.empty())
           std::fprintf(stderr, "tandem chat: vision tower loaded from %s\n", model->mmproj.c_str());

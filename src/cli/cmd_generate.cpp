@@ -96,6 +96,7 @@ int run_generate(const RunOptions& o, const DeviceChoice& device) {
   std::vector<PreparedImage> prepared;
   if (!o.images.empty()) {
     tower = VisionTower::load(*model);
+    place_vision_tower(*tower, device);
     prepared = prepare_image_files(*tower, o.images);
   }
   const std::vector<int32_t> prompt = run_prompt(o, model_text.get(), tower.get(), prepared);
@@ -162,7 +163,10 @@ int run_logits(const LogitsOptions& o, const DeviceChoice& device) {
   if (o.images.empty()) {
     run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all);
   } else {
-    const ImagePrompt images = build_image_prompt(*model, pool, ids, o.images);
+    auto tower = VisionTower::load(*model);
+    place_vision_tower(*tower, device);
+    const ImagePrompt images =
+        encode_image_prompt(*tower, pool, ids, prepare_image_files(*tower, o.images));
     run_sequence(decoder, ids.data(), n, kv, logits.data(), o.all, images.placement.embeds.data(),
                  images.placement.key_end.data());
   }

@@ -155,7 +155,7 @@ class SignalWatch {
 // The vision tower, unless the checkpoint has none or --text-only leaves it
 // unread. A tower that fails to load is a warning: text keeps working, and
 // image requests get a 400 that says why.
-server::VisionInfo load_vision(const Model& model, bool text_only,
+server::VisionInfo load_vision(const Model& model, bool text_only, const DeviceChoice& device,
                                std::unique_ptr<VisionTower>& tower) {
   server::VisionInfo info;
   info.in_checkpoint = VisionTower::present(model);
@@ -179,6 +179,7 @@ server::VisionInfo load_vision(const Model& model, bool text_only,
   }
   try {
     tower = VisionTower::load(model);
+    place_vision_tower(*tower, device);
     info.loaded = true;
     std::fprintf(stderr, "tandem serve: vision tower loaded%s%s (%.1f MB of weights)\n",
                  model.mmproj.empty() ? "" : " from ", model.mmproj.c_str(),
@@ -273,7 +274,7 @@ int run_serve(const ServeOptions& o) {
                  config.forced_output.size());
   }
   std::unique_ptr<VisionTower> tower;
-  const server::VisionInfo vision = load_vision(*model, o.text_only, tower);
+  const server::VisionInfo vision = load_vision(*model, o.text_only, config.device, tower);
   Engine engine(*model, config, text.get(), tower.get());
   srv.attach(&engine, text.get(), vision);
   signals.set_loading(false);

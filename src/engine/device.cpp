@@ -1,15 +1,20 @@
 #include "engine/device.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "model/decoder.h"
 #include "model/kv_pool.h"
 #include "model/step_runner.h"
+#include "model/vision_tower.h"
 
 #if TANDEM_HAVE_CUDA
 #include "backend/cuda/decoder.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/vision_ops.h"
 #endif
 
 namespace tandem {
@@ -102,6 +107,34 @@ std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const M
 #if TANDEM_HAVE_CUDA
   check_usable(device.name(), device.index);
   return std::make_unique<cuda::Decoder>(model, kv_pool, max_step_tokens, device.index);
+#else
+  no_cuda_backend(device.name());
+#endif
+}
+
+void place_vision_tower(VisionTower& tower, const DeviceChoice& device) {
+  if (!device.cuda) return;
+  const char* env = std::getenv("TANDEM_CUDA_VISION");
+  if (env && std::strcmp(env, "0") == 0) {
+    std::fprintf(stderr, "tandem: TANDEM_CUDA_VISION=0: the vision tower runs on the CPU\n");
+    return;
+  }
+#if TANDEM_HAVE_CUDA
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    tower.run_on(cuda::cuda_vision_ops(device.index));
+    tower.warm_up();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "tandem: vision tower on %s (weights uploaded, warm-up %.2f s)\n",
+                 device.name().c_str(), s);
+  } catch (const Error& e) {
+    tower.run_on(nullptr);
+    std::fprintf(stderr,
+                 "tandem: warning: the vision tower cannot run on %s (%s); it runs on the CPU, "
+                 "slower\n",
+                 device.name().c_str(), e.what());
+  }
 #else
   no_cuda_backend(device.name());
 #endif

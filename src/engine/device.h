@@ -16,6 +16,7 @@ struct Model;
 class KvPool;
 class StepRunner;
 class ThreadPool;
+class VisionTower;
 
 struct DeviceChoice {
   bool cuda = false;
@@ -38,6 +39,12 @@ DeviceChoice resolve_device(const std::string& flag);
 std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const Model& model,
                                              ThreadPool& pool, KvPool& kv_pool,
                                              int64_t max_step_tokens);
+// Runs `tower`'s image encodes on `device` when it is a CUDA device
+// (backend/cuda/vision_ops.h) and TANDEM_CUDA_VISION is not 0: warmed up
+// once there, so its weights are in device memory before a KV cache is
+// sized. If the GPU path fails, one warning line and the tower stays on the
+// CPU (correct, slower). Nothing for the CPU.
+void place_vision_tower(VisionTower& tower, const DeviceChoice& device);
 // Whether the KvPool of a runner on `device` holds the rows in host memory.
 inline bool kv_host_storage(const DeviceChoice& device) {
   return !device.cuda;

@@ -55,11 +55,4 @@ ImagePrompt encode_image_prompt(const VisionTower& tower, ThreadPool& pool,
   return out;
 }
 
-ImagePrompt build_image_prompt(const Model& model, ThreadPool& pool,
-                               const std::vector<int32_t>& ids,
-                               const std::vector<std::string>& image_paths) {
-  auto tower = VisionTower::load(model);
-  return encode_image_prompt(*tower, pool, ids, prepare_image_files(*tower, image_paths));
-}
-
 }  // namespace tandem

@@ -33,10 +33,4 @@ ImagePrompt encode_image_prompt(const VisionTower& tower, ThreadPool& pool,
                                 const std::vector<int32_t>& ids,
                                 const std::vector<PreparedImage>& images);
 
-// Both, with the model's tower. Throws Error naming the file, the model
-// type, or the placeholder counts.
-ImagePrompt build_image_prompt(const Model& model, ThreadPool& pool,
-                               const std::vector<int32_t>& ids,
-                               const std::vector<std::string>& image_paths);
-
 }  // namespace tandem

@@ -54,16 +54,18 @@ std::vector<float> patches_chw(const float* pixels, int64_t h, int64_t w, int64_
 }
 
 void full_attention(ThreadPool& pool, const float* q, const float* k, const float* v, int64_t n,
-                    int64_t heads, int64_t head_dim, float scale, float* out) {
-  const int64_t stride = heads * head_dim;
+                    int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, float* out) {
+  const int64_t stride = heads * head_dim, kv_stride = kv_heads * head_dim,
+                group = heads / kv_heads;
   pool.parallel_for(n * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(static_cast<size_t>(n));
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = task / heads, hd = task % heads;
       const float* qt = q + t * stride + hd * head_dim;
+      const int64_t kv = (hd / group) * head_dim;
       float mx = -INFINITY;
       for (int64_t j = 0; j < n; ++j) {
-        scores[size_t(j)] = cpu::dot(qt, k + j * stride + hd * head_dim, head_dim) * scale;
+        scores[size_t(j)] = cpu::dot(qt, k + j * kv_stride + kv, head_dim) * scale;
         mx = std::max(mx, scores[size_t(j)]);
       }
       float sum = 0.0f;
@@ -71,7 +73,7 @@ void full_attention(ThreadPool& pool, const float* q, const float* k, const floa
       float* o = out + t * stride + hd * head_dim;
       std::fill(o, o + head_dim, 0.0f);
       for (int64_t j = 0; j < n; ++j)
-        cpu::axpy(scores[size_t(j)] / sum, v + j * stride + hd * head_dim, o, head_dim);
+        cpu::axpy(scores[size_t(j)] / sum, v + j * kv_stride + kv, o, head_dim);
     }
   });
 }

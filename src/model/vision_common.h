@@ -33,8 +33,9 @@ std::string find_prefix(const Checkpoint& c, std::span<const char* const> prefix
 std::vector<float> patches_chw(const float* pixels, int64_t h, int64_t w, int64_t p);
 
 // out[t, head] = softmax(q[t]·k[j] · scale) v[j] over every patch j of the
-// image. q, k, v, out: [n, heads·head_dim].
+// image, query head h reading kv head h / (heads / kv_heads). q, out:
+// [n, heads·head_dim]; k, v: [n, kv_heads·head_dim].
 void full_attention(ThreadPool& pool, const float* q, const float* k, const float* v, int64_t n,
-                    int64_t heads, int64_t head_dim, float scale, float* out);
+                    int64_t heads, int64_t kv_heads, int64_t head_dim, float scale, float* out);
 
 }  // namespace tandem::vision

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/ops.h"
 #include "core/error.h"
 #include "model/quantized.h"
 #include "model/vision_common.h"
@@ -96,45 +94,44 @@ std::unique_ptr<Gemma3Vision> Gemma3Vision::load(const Checkpoint& ckpt,
   return v;
 }
 
-void Gemma3Vision::encode(ThreadPool& pool, const float* pixels, float* out) const {
+void Gemma3Vision::encode(VisionOps& ops, const float* pixels, float* out) const {
   const int64_t H = hidden_, F = intermediate_, p = patch_, side = image_size_ / p, N = side * side;
   const int64_t S = image_size_, Dh = H / heads_;
   // Patches in (c, ky, kx) order, row-major over the patch grid.
   const std::vector<float> patches = vision::patches_chw(pixels, S, S, p);
-  std::vector<float> h(size_t(N * H)), x(size_t(N * H)), q(size_t(N * H)), k(size_t(N * H)),
-      v(size_t(N * H)), attn(size_t(N * H)), mlp(size_t(N * F));
-  cpu::matmul(pool, patches.data(), N, patch_embed_, patch_bias_.data(), h.data());
-  for (size_t i = 0; i < h.size(); ++i) h[i] += positions_[i];
+  VisionBuffer in = ops.alloc(N * 3 * p * p), h = ops.alloc(N * H), x = ops.alloc(N * H),
+               q = ops.alloc(N * H), k = ops.alloc(N * H), v = ops.alloc(N * H),
+               attn = ops.alloc(N * H), mlp = ops.alloc(N * F);
+  ops.upload(patches.data(), in.size(), in.data());
+  ops.matmul(in.data(), N, patch_embed_, ops.param(patch_bias_), h.data());
+  ops.add(h.data(), ops.param(positions_), N * H);
 
   const float scale = 1.0f / std::sqrt(float(Dh));
   for (const Layer& L : layers_) {
-    cpu::layernorm(h.data(), L.ln1_w.data(), L.ln1_b.data(), N, H, eps_, x.data());
-    cpu::matmul(pool, x.data(), N, L.q, L.q_b.data(), q.data());
-    cpu::matmul(pool, x.data(), N, L.k, L.k_b.data(), k.data());
-    cpu::matmul(pool, x.data(), N, L.v, L.v_b.data(), v.data());
-    // Bidirectional attention over all patches, one task per (query, head).
-    vision::full_attention(pool, q.data(), k.data(), v.data(), N, heads_, Dh, scale, attn.data());
-    cpu::matmul(pool, attn.data(), N, L.o, L.o_b.data(), x.data());
-    cpu::add_inplace(h.data(), x.data(), N * H);
-    cpu::layernorm(h.data(), L.ln2_w.data(), L.ln2_b.data(), N, H, eps_, x.data());
-    cpu::matmul(pool, x.data(), N, L.fc1, L.fc1_b.data(), mlp.data());
-    cpu::gelu_tanh(mlp.data(), N * F);
-    cpu::matmul(pool, mlp.data(), N, L.fc2, L.fc2_b.data(), x.data());
-    cpu::add_inplace(h.data(), x.data(), N * H);
+    ops.layernorm(h.data(), ops.param(L.ln1_w), ops.param(L.ln1_b), N, H, eps_, x.data());
+    ops.matmul(x.data(), N, L.q, ops.param(L.q_b), q.data());
+    ops.matmul(x.data(), N, L.k, ops.param(L.k_b), k.data());
+    ops.matmul(x.data(), N, L.v, ops.param(L.v_b), v.data());
+    // Bidirectional attention over all patches.
+    ops.attention(q.data(), k.data(), v.data(), N, heads_, heads_, Dh, scale, attn.data());
+    ops.matmul(attn.data(), N, L.o, ops.param(L.o_b), x.data());
+    ops.add(h.data(), x.data(), N * H);
+    ops.layernorm(h.data(), ops.param(L.ln2_w), ops.param(L.ln2_b), N, H, eps_, x.data());
+    ops.matmul(x.data(), N, L.fc1, ops.param(L.fc1_b), mlp.data());
+    ops.activate(VisionAct::GeluTanh, mlp.data(), nullptr, N * F);
+    ops.matmul(mlp.data(), N, L.fc2, ops.param(L.fc2_b), x.data());
+    ops.add(h.data(), x.data(), N * H);
   }
-  cpu::layernorm(h.data(), post_w_.data(), post_b_.data(), N, H, eps_, h.data());
+  ops.layernorm(h.data(), ops.param(post_w_), ops.param(post_b_), N, H, eps_, h.data());
 
-  // Average-pool the patch grid down to tokens_per_side², row-major.
-  const int64_t per_side = int64_t(std::lround(std::sqrt(double(tokens_)))), kern = side / per_side;
-  std::vector<float> pooled(size_t(tokens_ * H), 0.0f);
-  for (int64_t r = 0; r < side; ++r)
-    for (int64_t c = 0; c < side; ++c) {
-      float* dst = pooled.data() + ((r / kern) * per_side + c / kern) * H;
-      cpu::axpy(1.0f / float(kern * kern), h.data() + (r * side + c) * H, dst, H);
-    }
-  cpu::rmsnorm(pooled.data(), soft_norm_.data(), tokens_, H, eps_, pooled.data());
-  cpu::matmul(pool, pooled.data(), tokens_,
-              WeightMatrix{DType::F32, projection_.data(), text_hidden_, H}, nullptr, out);
+  // Average-pool the patch grid down to tokens_per_side², row-major, then
+  // the soft-token norm and the projection to the text width.
+  const int64_t per_side = int64_t(std::lround(std::sqrt(double(tokens_))));
+  VisionBuffer pooled = ops.alloc(tokens_ * H), projected = ops.alloc(tokens_ * text_hidden_);
+  ops.pool_grid(h.data(), side, side, H, side / per_side, pooled.data());
+  ops.rmsnorm(pooled.data(), ops.param(soft_norm_), tokens_, H, eps_, pooled.data());
+  ops.matmul(pooled.data(), tokens_, projection_matrix(), nullptr, projected.data());
+  ops.download(projected.data(), projected.size(), out);
 }
 
 }  // namespace tandem

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "core/thread_pool.h"
 #include "model/safetensors.h"
+#include "model/vision_ops.h"
 
 namespace tandem {
 
@@ -36,8 +36,8 @@ class Gemma3Vision {
   int64_t tokens_per_image() const { return tokens_; }
   int64_t text_hidden() const { return text_hidden_; }
 
-  // pixels: [3, S, S] normalized; out: [T, D_text].
-  void encode(ThreadPool& pool, const float* pixels, float* out) const;
+  // pixels: [3, S, S] normalized; out: [T, D_text] (host memory).
+  void encode(VisionOps& ops, const float* pixels, float* out) const;
 
  private:
   struct Layer {
@@ -56,6 +56,9 @@ class Gemma3Vision {
   std::vector<float> post_w_, post_b_;  // [H]
   std::vector<float> soft_norm_;        // [H], 1 + w folded in
   std::vector<float> projection_;       // [D_text, H] (transposed from [H, D_text])
+  WeightMatrix projection_matrix() const {
+    return WeightMatrix{DType::F32, projection_.data(), text_hidden_, hidden_};
+  }
 };
 
 }  // namespace tandem

@@ -5,8 +5,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/ops.h"
 #include "core/error.h"
 #include "image/preprocess.h"
 #include "image/resize.h"
@@ -124,38 +122,38 @@ Gemma4Vision::Linear Gemma4Vision::read_linear(const Checkpoint& ckpt, const std
   return l;
 }
 
-void Gemma4Vision::linear(ThreadPool& pool, const Linear& l, const float* x, int64_t n,
-                          float* y) const {
+void Gemma4Vision::linear(VisionOps& ops, const Linear& l, const float* x, int64_t n, float* y,
+                          float* scratch) const {
   if (!l.clip) {
-    cpu::matmul(pool, x, n, l.w, nullptr, y);
+    ops.matmul(x, n, l.w, nullptr, y);
     return;
   }
   // torch.clamp(x, min, max): max(x, min) then min(·, max).
-  std::vector<float> in(x, x + n * l.w.cols);
-  for (float& e : in) e = std::min(std::max(e, l.in_min), l.in_max);
-  cpu::matmul(pool, in.data(), n, l.w, nullptr, y);
-  for (int64_t i = 0; i < n * l.w.rows; ++i) y[i] = std::min(std::max(y[i], l.out_min), l.out_max);
+  ops.copy(x, n * l.w.cols, scratch);
+  ops.clamp(scratch, n * l.w.cols, l.in_min, l.in_max);
+  ops.matmul(scratch, n, l.w, nullptr, y);
+  ops.clamp(y, n * l.w.rows, l.out_min, l.out_max);
 }
 
-void Gemma4Vision::rope(float* x, int64_t n, int64_t heads, int64_t cols) const {
-  const int64_t Dh = head_dim_, half = Dh / 2, quarter = Dh / 4;
+void Gemma4Vision::rope_table(int64_t n, int64_t cols, std::vector<float>& cos,
+                              std::vector<float>& sin) const {
+  // Axial: the first half of each head rotates with the column (x), the
+  // second with the row (y), each over Dh/4 frequencies.
+  const int64_t quarter = head_dim_ / 4;
+  cos.resize(size_t(n * 2 * quarter));
+  sin.resize(cos.size());
   for (int64_t t = 0; t < n; ++t) {
-    const float pos[2] = {float(t % cols), float(t / cols)};  // (x, y)
+    const float pos[2] = {float(t % cols), float(t / cols)};
     for (int64_t axis = 0; axis < 2; ++axis)
       for (int64_t i = 0; i < quarter; ++i) {
-        const float angle = pos[axis] * inv_freq_[size_t(i)], c = std::cos(angle),
-                    s = std::sin(angle);
-        for (int64_t hd = 0; hd < heads; ++hd) {
-          float* e = x + (t * heads + hd) * Dh + axis * half;
-          const float a = e[i], b = e[i + quarter];
-          e[i] = a * c - b * s;
-          e[i + quarter] = b * c + a * s;
-        }
+        const float angle = pos[axis] * inv_freq_[size_t(i)];
+        cos[size_t((t * 2 + axis) * quarter + i)] = std::cos(angle);
+        sin[size_t((t * 2 + axis) * quarter + i)] = std::sin(angle);
       }
   }
 }
 
-void Gemma4Vision::encode(ThreadPool& pool, const float* patches, int64_t rows, int64_t cols,
+void Gemma4Vision::encode(VisionOps& ops, const float* patches, int64_t rows, int64_t cols,
                           float* out) const {
   const int64_t k = pooling_, H = hidden_, F = intermediate_, Dh = head_dim_, Q = heads_ * Dh,
                 KV = kv_heads_ * Dh, N = rows * cols, in = 3 * patch_ * patch_;
@@ -166,73 +164,71 @@ void Gemma4Vision::encode(ThreadPool& pool, const float* patches, int64_t rows, 
     fail("gemma4 vision: a %lldx%lld patch grid exceeds the position table (%lld)", (long long)cols,
          (long long)rows, (long long)positions_);
 
-  // Patch embedding: the model maps [0, 1] to [-1, 1] itself.
-  std::vector<float> x(size_t(N * std::max(in, H))), h(size_t(N * H)), q(size_t(N * Q)),
-      kb(size_t(N * Q)), vb(size_t(N * Q)), attn(size_t(N * Q)), gate(size_t(N * F)),
-      up(size_t(N * F));
-  for (int64_t i = 0; i < N * in; ++i) x[size_t(i)] = 2.0f * (patches[i] - 0.5f);
-  cpu::matmul(pool, x.data(), N, input_proj_, nullptr, h.data());
+  // Host-side inputs: the patches mapped from [0, 1] to [-1, 1] (as the
+  // model does), the position embeddings (column + row) and RoPE's angles.
+  std::vector<float> host(size_t(N * in));
+  for (int64_t i = 0; i < N * in; ++i) host[size_t(i)] = 2.0f * (patches[i] - 0.5f);
+  std::vector<float> position(size_t(N * H)), cos, sin;
   for (int64_t t = 0; t < N; ++t) {
     const float* col = table_.data() + (t % cols) * H;
     const float* row = table_.data() + (positions_ + t / cols) * H;
-    float* dst = h.data() + t * H;
-    for (int64_t j = 0; j < H; ++j) dst[j] += col[j] + row[j];
+    for (int64_t j = 0; j < H; ++j) position[size_t(t * H + j)] = col[j] + row[j];
   }
+  rope_table(N, cols, cos, sin);
 
-  const int64_t group = heads_ / kv_heads_;
+  const int64_t widest = std::max({in, H, Q, F});
+  VisionBuffer x = ops.alloc(N * std::max(in, H)), h = ops.alloc(N * H), q = ops.alloc(N * Q),
+               kb = ops.alloc(N * KV), vb = ops.alloc(N * KV), attn = ops.alloc(N * Q),
+               gate = ops.alloc(N * F), up = ops.alloc(N * F), pos = ops.alloc(N * H),
+               rc = ops.alloc(int64_t(cos.size())), rs = ops.alloc(int64_t(sin.size())),
+               clip = ops.alloc(clipped_ ? N * widest : 0);
+  ops.upload(host.data(), N * in, x.data());
+  ops.upload(position.data(), N * H, pos.data());
+  ops.upload(cos.data(), rc.size(), rc.data());
+  ops.upload(sin.data(), rs.size(), rs.data());
+  ops.matmul(x.data(), N, input_proj_, nullptr, h.data());
+  ops.add(h.data(), pos.data(), N * H);
+
   for (const Layer& L : layers_) {
-    cpu::rmsnorm(h.data(), L.in_norm.data(), N, H, eps_, x.data());
-    linear(pool, L.q, x.data(), N, q.data());
-    linear(pool, L.k, x.data(), N, kb.data());
-    linear(pool, L.v, x.data(), N, vb.data());
-    cpu::rmsnorm(q.data(), L.q_norm.data(), N * heads_, Dh, eps_, q.data());
-    cpu::rmsnorm(kb.data(), L.k_norm.data(), N * kv_heads_, Dh, eps_, kb.data());
-    cpu::rmsnorm(vb.data(), nullptr, N * kv_heads_, Dh, eps_, vb.data());
-    rope(q.data(), N, heads_, cols);
-    rope(kb.data(), N, kv_heads_, cols);
-    if (group > 1)  // grouped K/V: widen to one per query head, back to front in place
-      for (float* m : {kb.data(), vb.data()})
-        for (int64_t t = N - 1; t >= 0; --t)
-          for (int64_t hd = heads_ - 1; hd >= 0; --hd) {
-            const float* src = m + t * KV + (hd / group) * Dh;
-            float* dst = m + t * Q + hd * Dh;  // never a partial overlap: both step by Dh
-            if (dst != src) std::copy_n(src, Dh, dst);
-          }
-    vision::full_attention(pool, q.data(), kb.data(), vb.data(), N, heads_, Dh, 1.0f, attn.data());
-    linear(pool, L.o, attn.data(), N, x.data());
-    cpu::rmsnorm(x.data(), L.post_attn_norm.data(), N, H, eps_, x.data());
-    cpu::add_inplace(h.data(), x.data(), N * H);
+    ops.rmsnorm(h.data(), ops.param(L.in_norm), N, H, eps_, x.data());
+    linear(ops, L.q, x.data(), N, q.data(), clip.data());
+    linear(ops, L.k, x.data(), N, kb.data(), clip.data());
+    linear(ops, L.v, x.data(), N, vb.data(), clip.data());
+    ops.rmsnorm(q.data(), ops.param(L.q_norm), N * heads_, Dh, eps_, q.data());
+    ops.rmsnorm(kb.data(), ops.param(L.k_norm), N * kv_heads_, Dh, eps_, kb.data());
+    ops.rmsnorm(vb.data(), nullptr, N * kv_heads_, Dh, eps_, vb.data());
+    ops.rope(q.data(), N, heads_, Dh, 2, rc.data(), rs.data());
+    ops.rope(kb.data(), N, kv_heads_, Dh, 2, rc.data(), rs.data());
+    ops.attention(q.data(), kb.data(), vb.data(), N, heads_, kv_heads_, Dh, 1.0f, attn.data());
+    linear(ops, L.o, attn.data(), N, x.data(), clip.data());
+    ops.rmsnorm(x.data(), ops.param(L.post_attn_norm), N, H, eps_, x.data());
+    ops.add(h.data(), x.data(), N * H);
 
-    cpu::rmsnorm(h.data(), L.pre_ffn_norm.data(), N, H, eps_, x.data());
-    linear(pool, L.gate, x.data(), N, gate.data());
-    linear(pool, L.up, x.data(), N, up.data());
-    switch (act_) {
-      case Act::GeluTanh: cpu::gelu_tanh_mul(gate.data(), up.data(), N * F); break;
-      case Act::GeluErf: cpu::gelu_erf_mul(gate.data(), up.data(), N * F); break;
-      case Act::SiLU: cpu::silu_mul(gate.data(), up.data(), N * F); break;
-    }
-    linear(pool, L.down, gate.data(), N, x.data());
-    cpu::rmsnorm(x.data(), L.post_ffn_norm.data(), N, H, eps_, x.data());
-    cpu::add_inplace(h.data(), x.data(), N * H);
+    ops.rmsnorm(h.data(), ops.param(L.pre_ffn_norm), N, H, eps_, x.data());
+    linear(ops, L.gate, x.data(), N, gate.data(), clip.data());
+    linear(ops, L.up, x.data(), N, up.data(), clip.data());
+    const VisionAct act = act_ == Act::GeluTanh  ? VisionAct::GeluTanh
+                          : act_ == Act::GeluErf ? VisionAct::GeluErf
+                                                 : VisionAct::SiLU;
+    ops.activate(act, gate.data(), up.data(), N * F);
+    linear(ops, L.down, gate.data(), N, x.data(), clip.data());
+    ops.rmsnorm(x.data(), ops.param(L.post_ffn_norm), N, H, eps_, x.data());
+    ops.add(h.data(), x.data(), N * H);
   }
 
   // Average k x k blocks of patches, row-major over the pooled grid, then
   // scale by sqrt(H) (and standardize).
-  const int64_t pc = cols / k, T = (rows / k) * pc;
-  std::vector<float> pooled(size_t(T * H), 0.0f);
-  for (int64_t t = 0; t < N; ++t)
-    cpu::axpy(1.0f / float(k * k), h.data() + t * H,
-              pooled.data() + ((t / cols) / k * pc + (t % cols) / k) * H, H);
-  const float root = float(std::sqrt(double(H)));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < H; ++j) {
-      float& e = pooled[size_t(t * H + j)];
-      e *= root;
-      if (!std_bias_.empty()) e = (e - std_bias_[size_t(j)]) * std_scale_[size_t(j)];
-    }
+  const int64_t T = (rows / k) * (cols / k);
+  VisionBuffer pooled = ops.alloc(T * H), projected = ops.alloc(T * text_hidden_);
+  ops.pool_grid(h.data(), rows, cols, H, k, pooled.data());
+  const bool standardize = !std_bias_.empty();
+  ops.scale_shift(pooled.data(), T, H, float(std::sqrt(double(H))),
+                  standardize ? ops.param(std_bias_) : nullptr,
+                  standardize ? ops.param(std_scale_) : nullptr);
   // embed_vision: weightless RMSNorm, then the projection to the text width.
-  cpu::rmsnorm(pooled.data(), nullptr, T, H, eps_, pooled.data());
-  cpu::matmul(pool, pooled.data(), T, projection_, nullptr, out);
+  ops.rmsnorm(pooled.data(), nullptr, T, H, eps_, pooled.data());
+  ops.matmul(pooled.data(), T, projection_, nullptr, projected.data());
+  ops.download(projected.data(), projected.size(), out);
 }
 
 // ---- The VisionTower adapter: the processor's settings and the prompt layout.
@@ -310,8 +306,8 @@ class Gemma4Tower : public VisionTower {
     return p;
   }
 
-  void encode(ThreadPool& pool, const PreparedImage& image, float* out) const override {
-    tower_->encode(pool, image.pixels.data(), image.height / settings_.patch,
+  void encode_with(VisionOps& ops, const PreparedImage& image, float* out) const override {
+    tower_->encode(ops, image.pixels.data(), image.height / settings_.patch,
                    image.width / settings_.patch, out);
   }
 

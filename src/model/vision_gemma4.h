@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "core/thread_pool.h"
 #include "model/safetensors.h"
+#include "model/vision_ops.h"
 
 namespace tandem {
 
@@ -57,7 +57,7 @@ class Gemma4Vision {
 
   // patches: [rows·cols, P·P·3]; out: [(rows/k)·(cols/k), D_text]. Throws
   // Error when the grid does not pool or exceeds the position table.
-  void encode(ThreadPool& pool, const float* patches, int64_t rows, int64_t cols, float* out) const;
+  void encode(VisionOps& ops, const float* patches, int64_t rows, int64_t cols, float* out) const;
 
  private:
   // A linear without bias whose input and output may be clamped.
@@ -74,9 +74,12 @@ class Gemma4Vision {
 
   Linear read_linear(const Checkpoint& ckpt, const std::string& name, int64_t rows,
                      int64_t cols) const;
-  void linear(ThreadPool& pool, const Linear& l, const float* x, int64_t n, float* y) const;
-  // In-place 2D RoPE of [N, heads, Dh] rows, positions row-major over cols.
-  void rope(float* x, int64_t n, int64_t heads, int64_t cols) const;
+  // y = l(x); `scratch` holds a clamped copy of x when l clips.
+  void linear(VisionOps& ops, const Linear& l, const float* x, int64_t n, float* y,
+              float* scratch) const;
+  // cos and sin [n, Dh/2] of the 2D RoPE (VisionOps::rope with two
+  // segments), positions row-major over `cols`.
+  void rope_table(int64_t n, int64_t cols, std::vector<float>& cos, std::vector<float>& sin) const;
 
   int64_t hidden_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0, intermediate_ = 0, patch_ = 0,
           pooling_ = 0, positions_ = 0, text_hidden_ = 0;

@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/ops.h"
 #include "core/error.h"
 #include "model/quantized.h"
 #include "model/vision_common.h"
@@ -78,7 +76,7 @@ std::unique_ptr<PixtralVision> PixtralVision::load(const Checkpoint& ckpt,
   return v;
 }
 
-void PixtralVision::encode(ThreadPool& pool, const float* pixels, int64_t h, int64_t w,
+void PixtralVision::encode(VisionOps& ops, const float* pixels, int64_t h, int64_t w,
                            float* out) const {
   const int64_t p = patch_, H = hidden_, F = intermediate_, Dh = head_dim_, Q = heads_ * Dh;
   if (h % patch_multiple() != 0 || w % patch_multiple() != 0)
@@ -86,10 +84,6 @@ void PixtralVision::encode(ThreadPool& pool, const float* pixels, int64_t h, int
          (long long)patch_multiple());
   const int64_t rows = h / p, cols = w / p, N = rows * cols;
   const std::vector<float> patches = vision::patches_chw(pixels, h, w, p);
-  std::vector<float> hs(size_t(N * H)), x(size_t(N * H)), q(size_t(N * Q)), k(size_t(N * Q)),
-      v(size_t(N * Q)), attn(size_t(N * Q)), gate(size_t(N * F)), up(size_t(N * F));
-  cpu::matmul(pool, patches.data(), N, patch_embed_, nullptr, hs.data());
-  cpu::rmsnorm(hs.data(), ln_pre_.data(), N, H, 1e-5f, hs.data());
 
   // 2D RoPE: the first Dh/4 frequency slots rotate with the row (even
   // frequencies), the next Dh/4 with the column (odd ones); rotate-half.
@@ -106,66 +100,52 @@ void PixtralVision::encode(ThreadPool& pool, const float* pixels, int64_t h, int
       cosv[size_t(t * half + i)] = std::cos(angle);
       sinv[size_t(t * half + i)] = std::sin(angle);
     }
-  auto rope = [&](float* m) {
-    for (int64_t t = 0; t < N; ++t)
-      for (int64_t hd = 0; hd < heads_; ++hd) {
-        float* e = m + t * Q + hd * Dh;
-        for (int64_t i = 0; i < half; ++i) {
-          const float a = e[i], b = e[i + half], c = cosv[size_t(t * half + i)],
-                      s = sinv[size_t(t * half + i)];
-          e[i] = a * c - b * s;
-          e[i + half] = b * c + a * s;
-        }
-      }
-  };
+
+  VisionBuffer in = ops.alloc(int64_t(patches.size())), hs = ops.alloc(N * H), x = ops.alloc(N * H),
+               q = ops.alloc(N * Q), k = ops.alloc(N * Q), v = ops.alloc(N * Q),
+               attn = ops.alloc(N * Q), gate = ops.alloc(N * F), up = ops.alloc(N * F),
+               rc = ops.alloc(N * half), rs = ops.alloc(N * half);
+  ops.upload(patches.data(), in.size(), in.data());
+  ops.upload(cosv.data(), rc.size(), rc.data());
+  ops.upload(sinv.data(), rs.size(), rs.data());
+  ops.matmul(in.data(), N, patch_embed_, nullptr, hs.data());
+  ops.rmsnorm(hs.data(), ops.param(ln_pre_), N, H, 1e-5f, hs.data());
+
   const float scale = 1.0f / std::sqrt(float(Dh));
+  const VisionAct act = mlp_silu_ ? VisionAct::SiLU : VisionAct::GeluErf;
   for (const Layer& L : layers_) {
-    cpu::rmsnorm(hs.data(), L.attn_norm.data(), N, H, 1e-5f, x.data());
-    cpu::matmul(pool, x.data(), N, L.q, nullptr, q.data());
-    cpu::matmul(pool, x.data(), N, L.k, nullptr, k.data());
-    cpu::matmul(pool, x.data(), N, L.v, nullptr, v.data());
-    rope(q.data());
-    rope(k.data());
-    vision::full_attention(pool, q.data(), k.data(), v.data(), N, heads_, Dh, scale, attn.data());
-    cpu::matmul(pool, attn.data(), N, L.o, nullptr, x.data());
-    cpu::add_inplace(hs.data(), x.data(), N * H);
-    cpu::rmsnorm(hs.data(), L.ffn_norm.data(), N, H, 1e-5f, x.data());
-    cpu::matmul(pool, x.data(), N, L.gate, nullptr, gate.data());
-    cpu::matmul(pool, x.data(), N, L.up, nullptr, up.data());
-    if (mlp_silu_)
-      cpu::silu_mul(gate.data(), up.data(), N * F);
-    else
-      cpu::gelu_erf_mul(gate.data(), up.data(), N * F);
-    cpu::matmul(pool, gate.data(), N, L.down, nullptr, x.data());
-    cpu::add_inplace(hs.data(), x.data(), N * H);
+    ops.rmsnorm(hs.data(), ops.param(L.attn_norm), N, H, 1e-5f, x.data());
+    ops.matmul(x.data(), N, L.q, nullptr, q.data());
+    ops.matmul(x.data(), N, L.k, nullptr, k.data());
+    ops.matmul(x.data(), N, L.v, nullptr, v.data());
+    ops.rope(q.data(), N, heads_, Dh, 1, rc.data(), rs.data());
+    ops.rope(k.data(), N, heads_, Dh, 1, rc.data(), rs.data());
+    ops.attention(q.data(), k.data(), v.data(), N, heads_, heads_, Dh, scale, attn.data());
+    ops.matmul(attn.data(), N, L.o, nullptr, x.data());
+    ops.add(hs.data(), x.data(), N * H);
+    ops.rmsnorm(hs.data(), ops.param(L.ffn_norm), N, H, 1e-5f, x.data());
+    ops.matmul(x.data(), N, L.gate, nullptr, gate.data());
+    ops.matmul(x.data(), N, L.up, nullptr, up.data());
+    ops.activate(act, gate.data(), up.data(), N * F);
+    ops.matmul(gate.data(), N, L.down, nullptr, x.data());
+    ops.add(hs.data(), x.data(), N * H);
   }
 
   // Projector: norm, then merge each 2x2 block of patches into one vector
-  // whose index is channel x 4 + ky x 2 + kx (torch's unfold order).
-  cpu::rmsnorm(hs.data(), proj_norm_.data(), N, H, text_eps_, hs.data());
-  const int64_t mr = rows / merge_, mc = cols / merge_, T = mr * mc, M = merge_ * merge_;
-  std::vector<float> merged(size_t(T * H * M));
-  for (int64_t r = 0; r < mr; ++r)
-    for (int64_t c = 0; c < mc; ++c) {
-      float* dst = merged.data() + (r * mc + c) * H * M;
-      for (int64_t ky = 0; ky < merge_; ++ky)
-        for (int64_t kx = 0; kx < merge_; ++kx) {
-          const float* src = hs.data() + ((r * merge_ + ky) * cols + c * merge_ + kx) * H;
-          for (int64_t ch = 0; ch < H; ++ch) dst[ch * M + ky * merge_ + kx] = src[ch];
-        }
-    }
-  std::vector<float> m1(size_t(T * H)), m2(size_t(T * text_hidden_));
-  cpu::matmul(pool, merged.data(), T, merging_, nullptr, m1.data());
-  cpu::matmul(pool, m1.data(), T, linear_1_, linear_1_b_.empty() ? nullptr : linear_1_b_.data(),
-              m2.data());
-  if (projector_silu_) {
-    std::vector<float> ones(m2.size(), 1.0f);
-    cpu::silu_mul(m2.data(), ones.data(), int64_t(m2.size()));
-  } else {
-    cpu::gelu_erf(m2.data(), int64_t(m2.size()));
-  }
-  cpu::matmul(pool, m2.data(), T, linear_2_, linear_2_b_.empty() ? nullptr : linear_2_b_.data(),
-              out);
+  // (torch's unfold order), the merging layer and the two-layer MLP.
+  ops.rmsnorm(hs.data(), ops.param(proj_norm_), N, H, text_eps_, hs.data());
+  const int64_t T = (rows / merge_) * (cols / merge_);
+  VisionBuffer merged = ops.alloc(T * H * merge_ * merge_), m1 = ops.alloc(T * H),
+               m2 = ops.alloc(T * text_hidden_), projected = ops.alloc(T * text_hidden_);
+  ops.merge_grid(hs.data(), rows, cols, H, merge_, merged.data());
+  ops.matmul(merged.data(), T, merging_, nullptr, m1.data());
+  ops.matmul(m1.data(), T, linear_1_, linear_1_b_.empty() ? nullptr : ops.param(linear_1_b_),
+             m2.data());
+  ops.activate(projector_silu_ ? VisionAct::SiLU : VisionAct::GeluErf, m2.data(), nullptr,
+               m2.size());
+  ops.matmul(m2.data(), T, linear_2_, linear_2_b_.empty() ? nullptr : ops.param(linear_2_b_),
+             projected.data());
+  ops.download(projected.data(), projected.size(), out);
 }
 
 }  // namespace tandem

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "core/thread_pool.h"
 #include "model/safetensors.h"
+#include "model/vision_ops.h"
 
 namespace tandem {
 
@@ -36,7 +36,7 @@ class PixtralVision {
   }
 
   // pixels: [3, h, w] normalized; out: [tokens_for(h, w), D_text].
-  void encode(ThreadPool& pool, const float* pixels, int64_t h, int64_t w, float* out) const;
+  void encode(VisionOps& ops, const float* pixels, int64_t h, int64_t w, float* out) const;
 
  private:
   struct Layer {

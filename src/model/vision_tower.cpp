@@ -87,8 +87,8 @@ class Gemma3Tower : public VisionTower {
     return p;
   }
 
-  void encode(ThreadPool& pool, const PreparedImage& image, float* out) const override {
-    tower_->encode(pool, image.pixels.data(), out);
+  void encode_with(VisionOps& ops, const PreparedImage& image, float* out) const override {
+    tower_->encode(ops, image.pixels.data(), out);
   }
 
  private:
@@ -127,8 +127,8 @@ class PixtralTower : public VisionTower {
     return p;
   }
 
-  void encode(ThreadPool& pool, const PreparedImage& image, float* out) const override {
-    tower_->encode(pool, image.pixels.data(), image.height, image.width, out);
+  void encode_with(VisionOps& ops, const PreparedImage& image, float* out) const override {
+    tower_->encode(ops, image.pixels.data(), image.height, image.width, out);
   }
 
  private:
@@ -242,6 +242,24 @@ size_t VisionTower::checkpoint_bytes(const Model& model) {
   for (const std::string& name : model.checkpoint.names())
     if (is_vision_tensor(name)) bytes += model.checkpoint.tensor_bytes(name);
   return bytes;
+}
+
+void VisionTower::encode(ThreadPool& pool, const PreparedImage& image, float* out) const {
+  if (device_ops_) {
+    encode_with(*device_ops_, image, out);
+    return;
+  }
+  encode_with(*cpu_vision_ops(pool), image, out);
+}
+
+void VisionTower::warm_up() const {
+  if (!device_ops_) return;
+  Image gray;
+  gray.width = gray.height = 256;
+  gray.rgb.assign(size_t(3 * 256 * 256), 128);
+  const PreparedImage image = prepare(gray);
+  std::vector<float> out(size_t(image.tokens * text_hidden_));
+  encode_with(*device_ops_, image, out.data());
 }
 
 std::vector<int32_t> VisionTower::expansion_ids(const PreparedImage& image) const {

@@ -27,6 +27,7 @@
 #include "core/thread_pool.h"
 #include "image/image.h"
 #include "model/model.h"
+#include "model/vision_ops.h"
 
 namespace tandem {
 
@@ -78,9 +79,19 @@ class VisionTower {
   // Resizes and normalizes as the family's image processor does. Throws
   // Error for an image the family cannot take (e.g. too thin).
   virtual PreparedImage prepare(const Image& image) const = 0;
-  // out: [image.tokens, D_text], unscaled soft tokens. Thread-compatible:
-  // one encode at a time per tower.
-  virtual void encode(ThreadPool& pool, const PreparedImage& image, float* out) const = 0;
+  // out: [image.tokens, D_text], unscaled soft tokens (host memory), on the
+  // device given to run_on(), else on the CPU over `pool`.
+  // Thread-compatible: one encode at a time per tower.
+  void encode(ThreadPool& pool, const PreparedImage& image, float* out) const;
+  // Runs later encodes on `ops` (a GPU's, backend/cuda/vision_ops.h), which
+  // uploads the tower's weights on its first encode; null: the CPU.
+  void run_on(std::unique_ptr<VisionOps> ops) { device_ops_ = std::move(ops); }
+  // Where encodes run: "cpu" or the device's name.
+  const char* device_name() const { return device_ops_ ? device_ops_->name() : "cpu"; }
+  // With a device given to run_on(): encodes a mid-gray image once, which
+  // uploads the weights now (so the KV cache is sized after them) and shows
+  // the tower works there. Throws what encode() throws. On the CPU: nothing.
+  void warm_up() const;
 
   ImageLayout layout() const { return layout_; }
   const ImageTokenIds& ids() const { return ids_; }
@@ -97,11 +108,17 @@ class VisionTower {
                              const std::function<std::string(int32_t)>& token_text) const;
 
  protected:
+  // The family's encode over `ops`.
+  virtual void encode_with(VisionOps& ops, const PreparedImage& image, float* out) const = 0;
+
   ImageLayout layout_ = ImageLayout::Gemma3;
   ImageTokenIds ids_;
   bool bidirectional_ = false;
   int64_t text_hidden_ = 0;
   int64_t max_tokens_ = 0;
+
+ private:
+  std::unique_ptr<VisionOps> device_ops_;
 };
 
 // Whether a checkpoint tensor belongs to the vision tower or its projector.

@@ -4,6 +4,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/reduce.h"
 
 namespace tandem::cuda {
 
@@ -147,20 +148,6 @@ __global__ void add_then_scale_kernel(float* __restrict__ y, const float* __rest
     y[i] = (y[i] + x[i]) * s;
 }
 
-// Sum over the block (Threads threads) of v; every thread gets it.
-template <int Threads = kThreads>
-__device__ float block_sum(float v, float* partial) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();  // partial may still be read from a previous call
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  float s = 0.f;
-#pragma unroll
-  for (int w = 0; w < Threads / 32; ++w) s += partial[w];
-  return s;
-}
-
 // residual_norm with the row in registers (dim ≤ kRowThreads · PER): one
 // read of h and delta, where the loop version below reads them again per
 // pass — the op sits between every two projections, so its latency counts.
@@ -222,7 +209,7 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restr
   if (delta_w) {
     float ss = 0.f;
     for (int64_t i = threadIdx.x; i < dim; i += kThreads) ss += dr[i] * dr[i];
-    r = rsqrtf(block_sum(ss, partial) / float(dim) + eps);
+    r = rsqrtf(block_sum<kThreads>(ss, partial) / float(dim) + eps);
   }
   float ss = 0.f;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
@@ -231,7 +218,7 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restr
     ss += v * v;
   }
   if (!x) return;
-  const float r2 = rsqrtf(block_sum(ss, partial) / float(dim) + eps);
+  const float r2 = rsqrtf(block_sum<kThreads>(ss, partial) / float(dim) + eps);
   float* xr = x + int64_t(blockIdx.x) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads)
     xr[i] = hr[i] * r2 * (next_w ? next_w[i] : 1.f);
