@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/reduce.h"
 
 namespace tandem::cuda {
 
@@ -19,12 +20,6 @@ constexpr int kMaxSplits = 128;      // key-range splits of one (token, head)
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 

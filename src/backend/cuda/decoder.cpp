@@ -307,10 +307,11 @@ struct Decoder::Impl {
     marks.push_back({op, bytes});
   }
 
-  // Whether a projection of n tokens runs as a GEMV (else cuBLAS).
-  bool gemv_path(const DevMatrix& w, int64_t n) const {
-    return n <= (w.affine ? affine_gemv_tokens : gemv_tokens);
+  // The most tokens a step may have for `w` to run as a GEMV (else cuBLAS).
+  int64_t gemv_limit(const DevMatrix& w) const {
+    return w.affine ? affine_gemv_tokens : gemv_tokens;
   }
+  bool gemv_path(const DevMatrix& w, int64_t n) const { return n <= gemv_limit(w); }
 
   // y[n, rows] = x[n, cols] · Wᵀ (+ bias), with `fusion` (GEMV steps only:
   // fused_step); `op` names it in profiles.
@@ -825,7 +826,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     m.plain_residual = s.ple_dim == 0;
     for (const Layer& L : m.layers) {
       for (const DevMatrix* w : {&L.qkv, &L.o, &L.gate_up, &L.down})
-        m.fuse_tokens = std::min(m.fuse_tokens, w->affine ? m.affine_gemv_tokens : m.gemv_tokens);
+        m.fuse_tokens = std::min(m.fuse_tokens, m.gemv_limit(*w));
       m.plain_residual = m.plain_residual && !L.attn_out_norm.bytes() && !L.mlp_out_norm.bytes() &&
                          L.scalar == 1.0f;
     }

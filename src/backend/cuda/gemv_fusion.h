@@ -8,17 +8,12 @@
 
 #include "backend/cuda/activations.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/reduce.h"
 
 namespace tandem::cuda::gemv {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxBatch = 8;  // batch rows a kernel keeps in registers
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // The ROWS weight rows of warp `unit`. Plain: rows unit·ROWS + r. Gated
 // (ROWS even): ROWS/2 gate rows and the up rows that pair with them, so one

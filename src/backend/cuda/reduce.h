@@ -1,9 +1,17 @@
-// Reductions across a thread block, shared by the kernels (.cu files only).
+// Reductions across a warp and a thread block, shared by the kernels (.cu
+// files only).
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace tandem::cuda {
+
+// Sum over the warp of v; every lane gets it.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 // Sum over the block (Threads threads, a multiple of 32) of v; every thread
 // gets it. `partial` is shared memory of Threads / 32 floats.
