@@ -4,7 +4,7 @@
 #   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [quick]
 #
 # BUILD_DIR holds a CUDA build (tandem, tandem_cuda_tests, bench_cuda_decode,
-# bench_cuda_attention;
+# bench_cuda_attention, bench_cuda_vision;
 # built here or carried from a build machine with the same toolkit). Writes
 # OUT_DIR/cuda-tests.log (every CUDA kernel and the decoder against the CPU
 # backend), OUT_DIR/bench.jsonl (bench_cuda_decode: batch-1 decode at
@@ -13,7 +13,8 @@
 # llama-3.2-1b; 4- and 8-bit weights; f32 KV rows against the default
 # bf16), OUT_DIR/profile.txt (device time per
 # op of a decode step), OUT_DIR/attention.txt (bench_cuda_attention: the
-# prefill and decode attention kernels alone) and
+# prefill and decode attention kernels alone), OUT_DIR/vision.jsonl and
+# vision-profile.txt (bench_cuda_vision: each tower's encode) and
 # OUT_DIR/serve.log (each demo model in models/, or the built-in one, served
 # with --device cuda and checked by tandem coherence on both lanes; a seeded
 # sampling check; loadgen TTFT / ITL on llama-3.2-1b's shapes). `quick` runs
@@ -74,6 +75,10 @@ if [ -n "$configs" ] && [ "$mode" != quick ]; then
   timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 1024 \
     --tokens 32 --batch 64 --prefill 16 --kv-dtype f32
 fi >>"$out/bench.jsonl" 2>>"$out/bench-stderr.log"
+
+# The vision towers at real shapes on the GPU (ms per image, op profile).
+[ -x "$build/bench_cuda_vision" ] && [ "$mode" != quick ] &&
+  timeout 150 "$build/bench_cuda_vision" --profile >"$out/vision.jsonl" 2>"$out/vision-profile.txt"
 
 # Prefill attention kernels alone (tensor-core prefill vs the decode kernel).
 [ -x "$build/bench_cuda_attention" ] && timeout 120 "$build/bench_cuda_attention" >"$out/attention.txt" 2>&1

@@ -13,7 +13,9 @@
 // image of the family's largest size `runs` times after one warm-up and
 // prints one JSON line per device: ms per image, soft tokens/s and
 // TFLOP/s (2 · params · patches for the matmuls plus 4 · patches² · width
-// for attention).
+// for attention). --profile then times one more GPU encode op by op
+// (stderr).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -214,12 +217,102 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// --profile: forwards every op to `inner` and waits for it (a download of
+// nothing synchronizes), summing wall time per op kind. The waits add a few
+// microseconds per op, and let the stream-ordered memory pool return its
+// memory, so ops that allocate scratch (attention) redo it: their
+// synchronized times overstate what they take in an unprofiled encode.
+class ProfilingOps : public VisionOps {
+ public:
+  explicit ProfilingOps(std::unique_ptr<VisionOps> inner) : inner_(std::move(inner)) {}
+  const char* name() const override { return inner_->name(); }
+  VisionBuffer alloc(int64_t n) override { return inner_->alloc(n); }
+  void upload(const float* h, int64_t n, float* d) override {
+    timed("upload", [&] { inner_->upload(h, n, d); });
+  }
+  void download(const float* s, int64_t n, float* h) override {
+    timed("download", [&] { inner_->download(s, n, h); });
+  }
+  void copy(const float* s, int64_t n, float* d) override {
+    timed("copy", [&] { inner_->copy(s, n, d); });
+  }
+  const float* param(const std::vector<float>& h) override { return inner_->param(h); }
+  void matmul(const float* x, int64_t n, const WeightMatrix& w, const float* b, float* y) override {
+    timed("matmul", [&] { inner_->matmul(x, n, w, b, y); });
+  }
+  void layernorm(const float* x, const float* w, const float* b, int64_t n, int64_t d, float e,
+                 float* y) override {
+    timed("layernorm", [&] { inner_->layernorm(x, w, b, n, d, e, y); });
+  }
+  void rmsnorm(const float* x, const float* w, int64_t n, int64_t d, float e, float* y) override {
+    timed("rmsnorm", [&] { inner_->rmsnorm(x, w, n, d, e, y); });
+  }
+  void activate(VisionAct a, float* x, const float* up, int64_t n) override {
+    timed("activate", [&] { inner_->activate(a, x, up, n); });
+  }
+  void add(float* y, const float* x, int64_t n) override {
+    timed("add", [&] { inner_->add(y, x, n); });
+  }
+  void clamp(float* x, int64_t n, float lo, float hi) override {
+    timed("clamp", [&] { inner_->clamp(x, n, lo, hi); });
+  }
+  void scale_shift(float* x, int64_t n, int64_t d, float m, const float* s,
+                   const float* v) override {
+    timed("scale_shift", [&] { inner_->scale_shift(x, n, d, m, s, v); });
+  }
+  void rope(float* x, int64_t n, int64_t h, int64_t d, int64_t s, const float* c,
+            const float* sn) override {
+    timed("rope", [&] { inner_->rope(x, n, h, d, s, c, sn); });
+  }
+  void attention(const float* q, const float* k, const float* v, int64_t n, int64_t h, int64_t kv,
+                 int64_t d, float sc, float* o) override {
+    timed("attention", [&] { inner_->attention(q, k, v, n, h, kv, d, sc, o); });
+  }
+  void pool_grid(const float* x, int64_t r, int64_t c, int64_t d, int64_t k, float* y) override {
+    timed("pool_grid", [&] { inner_->pool_grid(x, r, c, d, k, y); });
+  }
+  void merge_grid(const float* x, int64_t r, int64_t c, int64_t d, int64_t m, float* y) override {
+    timed("merge_grid", [&] { inner_->merge_grid(x, r, c, d, m, y); });
+  }
+
+  void reset() { times_.clear(); }
+  // "op ms share calls" per kind, the most time first.
+  std::string report() const {
+    std::vector<std::pair<std::string, std::pair<double, int>>> v(times_.begin(), times_.end());
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+    double total = 0;
+    for (auto& e : v) total += e.second.first;
+    std::string out;
+    char line[128];
+    for (auto& [op, t] : v) {
+      std::snprintf(line, sizeof line, "  %-12s %9.3f ms %5.1f%% %6d calls\n", op.c_str(),
+                    t.first * 1e3, 100 * t.first / total, t.second);
+      out += line;
+    }
+    return out;
+  }
+
+ private:
+  template <class F>
+  void timed(const char* op, F&& f) {
+    inner_->download(nullptr, 0, nullptr);
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    inner_->download(nullptr, 0, nullptr);
+    auto& e = times_[op];
+    e.first += seconds_since(t0);
+    ++e.second;
+  }
+  std::unique_ptr<VisionOps> inner_;
+  std::map<std::string, std::pair<double, int>> times_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string family = "all";
   int runs = 5, threads = 0;
-  bool cpu = false;
+  bool cpu = false, profile = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--family" && i + 1 < argc)
@@ -230,10 +323,12 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     else if (a == "--cpu")
       cpu = true;
+    else if (a == "--profile")
+      profile = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_cuda_vision [--family gemma3|gemma4|pixtral|all] [--runs N] "
-                   "[--cpu] [--threads N]\n");
+                   "[--cpu] [--threads N] [--profile]\n");
       return 2;
     }
   }
@@ -280,6 +375,16 @@ int main(int argc, char** argv) {
             name, tower->device_name(), t.image, (long long)image.tokens, first, s * 1e3,
             double(image.tokens) / s, t.flops(double(image.tokens)) / s / 1e12);
         std::fflush(stdout);
+        if (on_gpu && profile) {
+          auto timed = std::make_unique<ProfilingOps>(cuda::cuda_vision_ops(0));
+          ProfilingOps* p = timed.get();
+          tower->run_on(std::move(timed));
+          tower->encode(pool, image, out.data());  // uploads the weights: not counted
+          p->reset();
+          tower->encode(pool, image, out.data());
+          std::fprintf(stderr, "profile: %s, one encode, time per op (each synchronized):\n%s",
+                       name, p->report().c_str());
+        }
       }
     }
   } catch (const std::exception& e) {

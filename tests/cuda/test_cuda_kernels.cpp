@@ -105,7 +105,8 @@ TEST_F(CudaKernels, GemvFusionsMatchTheUnfusedMath) {
   struct Shape {
     int64_t rows, cols;
   };
-  for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{34, 70}, Shape{1024, 2048}})
+  for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{34, 70}, Shape{1024, 2048},
+                  Shape{42, 2056}})
     for (bool bf16 : {true, false})
       for (const HostFusion& f : fusion_cases(s.rows, s.cols))
         for (int64_t n : {1, 2, 3, 5, 8, 9}) {
@@ -138,7 +139,9 @@ TEST_F(CudaKernels, GemvPreAddMatchesTheUnfusedMath) {
   struct Shape {
     int64_t rows, cols;
   };
-  for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{1536, 1152}})
+  // 1536 x 1152 and 40 x 2056: batch 1's deeper loads (gated and plain), a partial last round.
+  for (Shape s :
+       {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{1536, 1152}, Shape{40, 2056}})
     for (int64_t n : {1, 2})
       for (const HostFusion& f : pre_add_cases(s.rows, s.cols, n)) {
         const auto wf = random_floats(size_t(s.rows * s.cols), 31, 0.05f);

@@ -4,8 +4,9 @@
 //    the element-wise ops and norms (f32 both sides, different summation
 //    orders); 1e-5 for SGEMM (f32 weights); 1e-4 for bf16 weights (the
 //    activations split into bf16 hi + lo parts carry 16 significant bits);
-//    1e-3 for attention (the flash-attention kernel's bf16 hi/lo products,
-//    about 1e-5 relative per output, as the decoder's prefill tests state);
+//    1e-3 for attention (scores and the softmax's P · V as bf16 hi/lo
+//    products, about 1e-5 relative per output, as the decoder's prefill
+//    attention);
 //  - each vision fixture's tower (Gemma 3 SigLIP, Gemma 4, Pixtral) encoding
 //    the fixture images on the GPU: features within 1e-3 × std of the CPU
 //    tower's, and the logits of the fixture's image prompts — the CPU
@@ -173,10 +174,15 @@ TEST_F(CudaVision, RopeMatchesTheCpu) {
 }
 
 TEST_F(CudaVision, AttentionMatchesTheCpu) {
-  // SigLIP's head dim 72 (padded to 80 on the GPU), Gemma 4's grouped heads,
-  // an image of 1000 patches (a partial last tile of keys and queries).
-  for (auto [n, heads, kv_heads, Dh] :
-       {std::tuple{37, 4, 4, 72}, {300, 6, 2, 64}, {1000, 2, 1, 64}}) {
+  // Both kernels: the flash kernel (head dim 64: grouped heads, 1000
+  // patches) and the materialized scores (SigLIP's head dim 72, grouped
+  // heads as one batch per kv head, and 2100 patches of 16 heads, whose
+  // scores take two blocks of query rows: 1997 rows fill the 512 MiB).
+  for (auto [n, heads, kv_heads, Dh] : {std::tuple{300, 6, 2, 64},
+                                        {1000, 2, 1, 64},
+                                        {37, 4, 4, 72},
+                                        {300, 6, 2, 48},
+                                        {2100, 16, 16, 72}}) {
     const std::vector<float> q = random_floats(size_t(n * heads * Dh), 10),
                              k = random_floats(size_t(n * kv_heads * Dh), 11),
                              v = random_floats(size_t(n * kv_heads * Dh), 12);

@@ -1,9 +1,11 @@
 // The vision towers' own kernels (vision_kernels.h): LayerNorm, plain
 // activations, clamps, table-driven RoPE and the patch-grid reshapes. They
 // run once per image, not per token, so they are simple grid-stride loops;
-// the matmuls and attention dominate an encode.
+// the matmuls and attention dominate an encode. The softmax of attention's
+// materialized scores is here too (vision_ops.cpp's attention).
 #include "backend/cuda/activations.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/mma.h"
 #include "backend/cuda/reduce.h"
 #include "backend/cuda/vision_kernels.h"
 
@@ -104,11 +106,54 @@ __global__ void merge_grid_kernel(const float* __restrict__ x, int64_t rows, int
   }
 }
 
-__global__ void pad_rows_kernel(const float* __restrict__ src, int64_t rows, int64_t from,
-                                int64_t to, float* __restrict__ dst) {
-  GRID_STRIDE(idx, rows * to) {
-    const int64_t r = idx / to, i = idx % to;
-    dst[idx] = i < from ? src[r * from + i] : 0.f;
+__global__ void split_rows3_kernel(const float* __restrict__ src, int64_t rows, int64_t dim,
+                                   bool lo_second, uint16_t* __restrict__ dst) {
+  GRID_STRIDE(i, rows * dim) {
+    const int64_t r = i / dim, d = i % dim;
+    const uint32_t h = bf16_bits(src[i]);
+    const uint16_t l = uint16_t(bf16_bits(src[i] - bf16_value(h)));
+    uint16_t* out = dst + r * 3 * dim + d;
+    out[0] = uint16_t(h);
+    out[dim] = lo_second ? l : uint16_t(h);
+    out[2 * dim] = lo_second ? uint16_t(h) : l;
+  }
+}
+
+// One block per row: the row's max and Σ exp(s - max) in one pass (each
+// thread keeps its own running pair, merged across the block), then the
+// normalized values as bf16 hi/lo parts.
+__global__ void softmax_rows_split_kernel(const float* __restrict__ s, int64_t cols,
+                                          uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+  __shared__ float partial[kThreads / 32];
+  const float* row = s + int64_t(blockIdx.x) * cols;
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = threadIdx.x; j < cols; j += kThreads) {
+    const float v = row[j];
+    if (v > m) {
+      l = l * __expf(m - v) + 1.f;
+      m = v;
+    } else {
+      l += __expf(v - m);
+    }
+  }
+  float block_max = m;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, o));
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = block_max;
+  __syncthreads();
+  block_max = partial[0];
+  for (int w = 1; w < kThreads / 32; ++w) block_max = fmaxf(block_max, partial[w]);
+  const float total =
+      block_sum<kThreads>(m == -INFINITY ? 0.f : l * __expf(m - block_max), partial);
+  const float inv = 1.f / total;
+  uint16_t* h = hi + int64_t(blockIdx.x) * cols;
+  uint16_t* lw = lo + int64_t(blockIdx.x) * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += kThreads) {
+    const float p = __expf(row[j] - block_max) * inv;
+    const uint32_t hb = bf16_bits(p);
+    h[j] = uint16_t(hb);
+    lw[j] = uint16_t(bf16_bits(p - bf16_value(hb)));
   }
 }
 
@@ -170,10 +215,18 @@ void merge_grid(const float* x, int64_t rows, int64_t cols, int64_t dim, int64_t
   CUDA_CHECK(cudaGetLastError());
 }
 
-void pad_rows(const float* src, int64_t rows, int64_t from, int64_t to, float* dst,
-              cudaStream_t stream) {
-  if (rows * to <= 0) return;
-  pad_rows_kernel<<<blocks_for(rows * to), kThreads, 0, stream>>>(src, rows, from, to, dst);
+void split_rows3(const float* src, int64_t rows, int64_t dim, bool lo_second, uint16_t* dst,
+                 cudaStream_t stream) {
+  if (rows * dim <= 0) return;
+  split_rows3_kernel<<<blocks_for(rows * dim), kThreads, 0, stream>>>(src, rows, dim, lo_second,
+                                                                      dst);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void softmax_rows_split(const float* s, int64_t rows, int64_t cols, uint16_t* hi, uint16_t* lo,
+                        cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  softmax_rows_split_kernel<<<unsigned(rows), kThreads, 0, stream>>>(s, cols, hi, lo);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -30,10 +30,15 @@ void pool_grid(const float* x, int64_t rows, int64_t cols, int64_t dim, int64_t 
                cudaStream_t stream);
 void merge_grid(const float* x, int64_t rows, int64_t cols, int64_t dim, int64_t m, float* y,
                 cudaStream_t stream);
-// dst[r, i] = i < from ? src[r, i] : 0 for r < rows, i < to (to ≥ from), and
-// back: rows of `from` widened to `to` with zeros (a head dim the attention
-// kernel takes), and the first `to` of each `from` kept.
-void pad_rows(const float* src, int64_t rows, int64_t from, int64_t to, float* dst,
-              cudaStream_t stream);
+// Rows of `dim` f32 values as three bf16 parts side by side, dst [rows,
+// 3·dim]: (hi, lo, hi) when lo_second, else (hi, hi, lo). A product of two
+// such operands over 3·dim columns is hi·hi + lo·hi + hi·lo (16 significant
+// bits) in one GEMM.
+void split_rows3(const float* src, int64_t rows, int64_t dim, bool lo_second, uint16_t* dst,
+                 cudaStream_t stream);
+// p[r] = softmax(s[r]) over rows of `cols` scores, written as bf16 hi and
+// lo parts (p = hi + lo to 16 significant bits) for the tensor-core P · V.
+void softmax_rows_split(const float* s, int64_t rows, int64_t cols, uint16_t* hi, uint16_t* lo,
+                        cudaStream_t stream);
 
 }  // namespace tandem::cuda

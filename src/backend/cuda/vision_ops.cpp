@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +18,9 @@
 namespace tandem::cuda {
 
 namespace {
+
+// Device memory for one block of attention scores and their softmax.
+constexpr size_t kAttentionScratchBytes = size_t(512) << 20;
 
 class CudaVisionOps : public VisionOps {
  public:
@@ -121,6 +125,11 @@ class CudaVisionOps : public VisionOps {
   }
   void attention(const float* q, const float* k, const float* v, int64_t n, int64_t heads,
                  int64_t kv_heads, int64_t head_dim, float scale, float* out) override;
+  void flash_attention(const float* q, const float* k, const float* v, int64_t n, int64_t heads,
+                       int64_t kv_heads, int64_t head_dim, float scale, float* out);
+  void materialized_attention(const float* q, const float* k, const float* v, int64_t n,
+                              int64_t heads, int64_t kv_heads, int64_t head_dim, float scale,
+                              float* out);
   void pool_grid(const float* x, int64_t rows, int64_t cols, int64_t dim, int64_t k,
                  float* y) override {
     cuda::pool_grid(x, rows, cols, dim, k, y, stream_);
@@ -152,32 +161,33 @@ class CudaVisionOps : public VisionOps {
   DeviceBuffer split_;  // bf16 hi and lo parts of a matmul's activations
 };
 
+// Which attention an image takes, from the H200 (bench_cuda_vision
+// --profile): the flash kernel where one pass covers the head dim (64, 128,
+// 256: Pixtral's 12100 patches 14.5 ms a layer, against 31 ms with the
+// scores materialized; Gemma 4's 2304 patches 0.51 vs 0.57 ms), the
+// materialized scores for other head dims, which the flash kernel would
+// pad and split into two V passes (SigLIP's 72: 1.7 ms a layer, against
+// 4.1 ms padded to 80).
+bool flash_takes(int64_t head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
 void CudaVisionOps::attention(const float* q, const float* k, const float* v, int64_t n,
                               int64_t heads, int64_t kv_heads, int64_t head_dim, float scale,
                               float* out) {
   if (n <= 0) return;
-  // The kernel takes head dims in multiples of 16: pad with zeros (scores
-  // and the kept outputs are unchanged).
-  const int64_t dp = (head_dim + 15) / 16 * 16;
-  if (!attention_prefill_supported(dp, device_))
-    fail("%s: the vision attention kernel cannot take head_dim %lld on this device", name(),
-         (long long)head_dim);
-  VisionBuffer padded;
-  const float *qp = q, *kp = k, *vp = v;
-  float* op = out;
-  if (dp != head_dim) {
-    padded = alloc((2 * n * heads + 2 * n * kv_heads) * dp);
-    float* base = padded.data();
-    pad_rows(q, n * heads, head_dim, dp, base, stream_);
-    pad_rows(k, n * kv_heads, head_dim, dp, base + n * heads * dp, stream_);
-    pad_rows(v, n * kv_heads, head_dim, dp, base + n * (heads + kv_heads) * dp, stream_);
-    qp = base;
-    kp = base + n * heads * dp;
-    vp = base + n * (heads + kv_heads) * dp;
-    op = base + n * (heads + 2 * kv_heads) * dp;
-  }
-  // The patches as one sequence in one block of keys, every key visible to
-  // every patch (key_end = n).
+  if (flash_takes(head_dim) && attention_prefill_supported(head_dim, device_))
+    flash_attention(q, k, v, n, heads, kv_heads, head_dim, scale, out);
+  else
+    materialized_attention(q, k, v, n, heads, kv_heads, head_dim, scale, out);
+}
+
+// The decoder's flash-attention prefill kernel over the patches as one
+// sequence in one block of keys, every key visible to every patch (key_end
+// = n); head dims of one V pass only (flash_takes).
+void CudaVisionOps::flash_attention(const float* q, const float* k, const float* v, int64_t n,
+                                    int64_t heads, int64_t kv_heads, int64_t head_dim, float scale,
+                                    float* out) {
   std::vector<int64_t> positions(static_cast<size_t>(n)), key_end(static_cast<size_t>(n), n);
   std::vector<int32_t> seq(static_cast<size_t>(n), 0);
   for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = t;
@@ -203,16 +213,72 @@ void CudaVisionOps::attention(const float* q, const float* k, const float* v, in
   PagedAttention p;
   p.heads = heads;
   p.kv_heads = kv_heads;
-  p.head_dim = dp;
+  p.head_dim = head_dim;
   p.scale = scale;
-  p.k_base = kp;
-  p.v_base = vp;
+  p.k_base = k;
+  p.v_base = v;
   p.block_size = 1;
   while (p.block_size < n) p.block_size *= 2;
-  attention_prefill(qp, at, dev_tiles, int64_t(tiles.size() / 2), p, op, stream_);
-  if (op != out) pad_rows(op, n * heads, dp, head_dim, out, stream_);
+  attention_prefill(q, at, dev_tiles, int64_t(tiles.size() / 2), p, out, stream_);
   // `positions` and the others were staged by the copies above (pageable
   // host memory is copied out before cudaMemcpyAsync returns).
+}
+
+// Scores and outputs of a block of query rows (all heads) at a time through
+// cuBLAS: S = q · kᵀ · scale (f32, [heads, rows, n]), P = softmax(S) as
+// bf16 hi + lo parts, out = P · v. Each product keeps 16 significant bits
+// as the matmuls do: S is one GEMM over q and k as three bf16 parts side by
+// side (split_rows3: hi·hi + hi·lo + lo·hi over 3·Dh), so S is written
+// once; P · v three GEMMs accumulating into the small output. Blocks of
+// rows keep S and P within kAttentionScratchBytes.
+void CudaVisionOps::materialized_attention(const float* q, const float* k, const float* v,
+                                           int64_t n, int64_t heads, int64_t kv_heads,
+                                           int64_t head_dim, float scale, float* out) {
+  const int64_t group = heads / kv_heads, Dh = head_dim, Q = heads * Dh, KV = kv_heads * Dh;
+  // q and k as (hi, hi, lo) and (hi, lo, hi) rows of 3·Dh; v's hi and lo.
+  VisionBuffer parts = alloc((3 * n * Q + 3 * n * KV + 2 * n * KV + 1) / 2);
+  uint16_t* qx = reinterpret_cast<uint16_t*>(parts.data());
+  uint16_t* kx = qx + 3 * n * Q;
+  uint16_t* vh = kx + 3 * n * KV;
+  uint16_t* vl = vh + n * KV;
+  split_rows3(q, n * heads, Dh, /*lo_second=*/false, qx, stream_);
+  split_rows3(k, n * kv_heads, Dh, /*lo_second=*/true, kx, stream_);
+  split_bf16(v, n * KV, vh, vl, stream_);
+
+  // S (f32) and P (hi, lo bf16): 8 bytes per score.
+  const int64_t rows =
+      std::clamp<int64_t>(int64_t(kAttentionScratchBytes / size_t(8 * heads * n)), 1, n);
+  VisionBuffer scratch = alloc(2 * heads * rows * n);
+  float* S = scratch.data();
+  uint16_t* ph = reinterpret_cast<uint16_t*>(S + heads * rows * n);
+  uint16_t* pl = ph + heads * rows * n;
+  const float zero = 0.f, one = 1.f;
+  // Per kv head, its `group` query heads as one batch (k and v shared:
+  // stride 0); without grouping, every head in one batch.
+  const int64_t batches = group == 1 ? 1 : kv_heads, batch = group == 1 ? heads : group;
+  const int64_t shared = group == 1 ? 1 : 0;  // k and v advance per batch entry
+  for (int64_t r0 = 0; r0 < n; r0 += rows) {
+    const int64_t m = std::min(rows, n - r0);
+    // Column-major view: Sᵀ_h (n × m) = Kx_h (n × 3Dh) · Qx_hᵀ (3Dh × m).
+    for (int64_t g = 0; g < batches; ++g)
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(3 * Dh), &scale, kx + g * 3 * Dh,
+          CUDA_R_16BF, int(3 * KV), shared * 3 * Dh, qx + (r0 * heads + g * group) * 3 * Dh,
+          CUDA_R_16BF, int(3 * Q), 3 * Dh, &zero, S + g * group * m * n, CUDA_R_32F, int(n), m * n,
+          int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    softmax_rows_split(S, heads * m, n, ph, pl, stream_);
+    // Oᵀ_h (Dh × m) = V_hᵀ (Dh × n) · Pᵀ_h (n × m), into out's rows (ld Q).
+    for (int64_t g = 0; g < batches; ++g) {
+      const uint16_t* a[3] = {vh, vl, vh};
+      const uint16_t* b[3] = {ph, ph, pl};
+      for (int part = 0; part < 3; ++part)
+        CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+            blas_, CUBLAS_OP_N, CUBLAS_OP_N, int(Dh), int(m), int(n), &one, a[part] + g * Dh,
+            CUDA_R_16BF, int(KV), shared * Dh, b[part] + g * group * m * n, CUDA_R_16BF, int(n),
+            m * n, part == 0 ? &zero : &one, out + r0 * Q + g * group * Dh, CUDA_R_32F, int(Q), Dh,
+            int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
 }
 
 }  // namespace

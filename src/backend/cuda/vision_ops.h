@@ -5,8 +5,11 @@
 // Matmuls are cuBLAS: bf16 weights against activations split into bf16 hi
 // + lo parts (two tensor-core GEMMs, 16 significant bits, as the decoder's
 // prefill), f32 weights SGEMM. Attention is the decoder's flash-attention
-// prefill kernel over the image's patches as one sequence with every key
-// visible (head dims not a multiple of 16, SigLIP's 72, padded with zeros).
+// prefill kernel over the patches as one sequence with every key visible
+// where one pass covers the head dim (64, 128, 256), else the scores of a
+// block of query rows materialized (one cuBLAS GEMM over q and k as three
+// bf16 parts, a softmax kernel, three GEMMs for P · v): vision_ops.cpp's
+// flash_takes() says what each measured.
 #pragma once
 
 #include <memory>
