@@ -286,6 +286,7 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
                                           "vision_lane_requests",
                                           "vision_encoder_calls",
                                           "images_processed",
+                                          "vision_encode_seconds",
                                           "images_waiting",
                                           "vision",
                                           "watchdog_fired",

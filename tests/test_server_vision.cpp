@@ -110,12 +110,15 @@ TEST_P(ServerVision, ImageChatMatchesTransformersAndCountsTheLane) {
   EXPECT_EQ(st["text_lane_requests"], 1);
   EXPECT_EQ(st["images_processed"], images);
   EXPECT_GE(st["vision_encoder_calls"].get<int>(), 1);
+  EXPECT_GT(st["vision_encode_seconds"].get<double>(), 0.0);
   EXPECT_EQ(st["vision"]["loaded"], true);
+  EXPECT_EQ(st["vision"]["device"], "cpu");
   const std::string metrics = http_get(srv.port(), "/metrics").raw;
   EXPECT_NE(metrics.find("tandem_images_processed_total " + std::to_string(images)),
             std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("tandem_vision_lane_requests_total 2"), std::string::npos);
+  EXPECT_NE(metrics.find("tandem_vision_encode_seconds_total "), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ServerVision, testing::Values("gemma3", "gemma4", "mistral3"));
@@ -133,6 +136,7 @@ TEST(ServerVisionLanes, TextOnlyLoadsNoVisionAndAnswersTextTheSame) {
     full_top = r.body["choices"][0]["logprobs"];
     const json st = http_get(srv.port(), "/v1/status").body;
     EXPECT_EQ(st["vision_encoder_calls"], 0);
+    EXPECT_EQ(st["vision_encode_seconds"], 0.0);
     EXPECT_EQ(st["text_lane_requests"], 1);
   }
   ChildServer srv({vision_model_dir("gemma3"), "--threads", "1", "--text-only"});
@@ -140,6 +144,7 @@ TEST(ServerVisionLanes, TextOnlyLoadsNoVisionAndAnswersTextTheSame) {
   EXPECT_NE(srv.log().find("vision tower is not loaded"), std::string::npos) << srv.log();
   const json st = http_get(srv.port(), "/v1/status").body;
   EXPECT_EQ(st["vision"]["loaded"], false);
+  EXPECT_EQ(st["vision"]["device"], nullptr);
   EXPECT_EQ(st["vision"]["in_checkpoint"], true);
   EXPECT_GT(st["vision"]["weight_bytes"].get<int64_t>(), 0);
   // Text: the same tokens and logprobs as with the tower loaded.

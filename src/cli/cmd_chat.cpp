@@ -108,6 +108,7 @@ struct LocalServer {
         tower = VisionTower::load(*model);
         place_vision_tower(*tower, config.device);
         vision.loaded = true;
+        vision.device = tower->device_name();
         if (!model->mmproj.empty())
           std::fprintf(stderr, "tandem chat: vision tower loaded from %s\n", model->mmproj.c_str());
       } catch (const Error& e) {

@@ -181,6 +181,7 @@ server::VisionInfo load_vision(const Model& model, bool text_only, const DeviceC
     tower = VisionTower::load(model);
     place_vision_tower(*tower, device);
     info.loaded = true;
+    info.device = tower->device_name();
     std::fprintf(stderr, "tandem serve: vision tower loaded%s%s (%.1f MB of weights)\n",
                  model.mmproj.empty() ? "" : " from ", model.mmproj.c_str(),
                  double(info.weight_bytes) / 1e6);

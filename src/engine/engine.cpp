@@ -502,6 +502,7 @@ struct Engine::Impl {
     std::vector<Sequence*> failed;
     std::string detail;
     uint64_t encoded = 0;
+    const auto encode_start = std::chrono::steady_clock::now();
     begin_watch(owners);
     for (auto [seq, k] : work) {
       if (std::find(failed.begin(), failed.end(), seq) != failed.end()) continue;
@@ -529,6 +530,8 @@ struct Engine::Impl {
       std::lock_guard<std::mutex> lock(mu);
       snapshot.vision_encoder_calls++;
       snapshot.images_processed += encoded;
+      snapshot.vision_encode_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start).count();
     }
     for (Sequence* seq : owners) {
       if (abandoned) {

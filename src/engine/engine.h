@@ -177,6 +177,7 @@ struct EngineStatus {
   uint64_t vision_lane_requests = 0;
   uint64_t vision_encoder_calls = 0;  // encoder batches (one per step that encodes images)
   uint64_t images_processed = 0;      // images encoded successfully
+  double vision_encode_seconds = 0;   // wall time of the encoder batches
   int images_waiting = 0;             // images not yet encoded
   struct Request {
     std::string id;

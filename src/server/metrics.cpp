@@ -144,6 +144,9 @@ std::string Metrics::render(const EngineStatus* e, const std::string& state,
             double(e->vision_encoder_calls));
     counter(out, "tandem_images_processed_total", "Images encoded by the vision tower.",
             double(e->images_processed));
+    counter(out, "tandem_vision_encode_seconds_total",
+            "Wall time the engine spent encoding images (other requests wait meanwhile).",
+            e->vision_encode_seconds);
     gauge(out, "tandem_images_waiting", "Images accepted but not yet encoded.",
           double(e->images_waiting));
     if (e->has_gpu_memory) {

@@ -54,6 +54,7 @@ struct VisionInfo {
   bool loaded = false;         // the tower is loaded and the engine has it
   std::string unavailable;     // why images are refused, when !loaded
   size_t weight_bytes = 0;     // the checkpoint's vision tensors (loaded, or left unread)
+  std::string device;          // where the tower encodes ("cpu", "cuda:N") when loaded
 };
 
 class Server {
