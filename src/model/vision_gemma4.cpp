@@ -40,11 +40,11 @@ std::unique_ptr<Gemma4Vision> Gemma4Vision::load(const Checkpoint& ckpt,
   const bool standardize = vc.value("standardize", false);
   const std::string act = vc.value("hidden_activation", std::string("gelu_pytorch_tanh"));
   if (act == "gelu_pytorch_tanh")
-    v->act_ = Act::GeluTanh;
+    v->act_ = VisionAct::GeluTanh;
   else if (act == "gelu")
-    v->act_ = Act::GeluErf;
+    v->act_ = VisionAct::GeluErf;
   else if (act == "silu")
-    v->act_ = Act::SiLU;
+    v->act_ = VisionAct::SiLU;
   else
     fail(
         "%s: vision_config.hidden_activation \"%s\" is not supported (gelu_pytorch_tanh, gelu, "
@@ -207,10 +207,7 @@ void Gemma4Vision::encode(VisionOps& ops, const float* patches, int64_t rows, in
     ops.rmsnorm(h.data(), ops.param(L.pre_ffn_norm), N, H, eps_, x.data());
     linear(ops, L.gate, x.data(), N, gate.data(), clip.data());
     linear(ops, L.up, x.data(), N, up.data(), clip.data());
-    const VisionAct act = act_ == Act::GeluTanh  ? VisionAct::GeluTanh
-                          : act_ == Act::GeluErf ? VisionAct::GeluErf
-                                                 : VisionAct::SiLU;
-    ops.activate(act, gate.data(), up.data(), N * F);
+    ops.activate(act_, gate.data(), up.data(), N * F);
     linear(ops, L.down, gate.data(), N, x.data(), clip.data());
     ops.rmsnorm(x.data(), ops.param(L.post_ffn_norm), N, H, eps_, x.data());
     ops.add(h.data(), x.data(), N * H);

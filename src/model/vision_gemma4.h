@@ -70,7 +70,6 @@ class Gemma4Vision {
     std::vector<float> in_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm, q_norm, k_norm;
     Linear q, k, v, o, gate, up, down;
   };
-  enum class Act { GeluTanh, GeluErf, SiLU };
 
   Linear read_linear(const Checkpoint& ckpt, const std::string& name, int64_t rows,
                      int64_t cols) const;
@@ -85,7 +84,7 @@ class Gemma4Vision {
           pooling_ = 0, positions_ = 0, text_hidden_ = 0;
   float eps_ = 1e-6f;
   bool clipped_ = false;
-  Act act_ = Act::GeluTanh;
+  VisionAct act_ = VisionAct::GeluTanh;
   std::vector<float> inv_freq_;  // [Dh/4]
   WeightMatrix input_proj_;      // [H, 3·P·P] in (py, px, c) order
   std::vector<float> table_;     // [2, positions, H]: column, then row
