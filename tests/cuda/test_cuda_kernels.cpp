@@ -61,7 +61,7 @@ TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
   };
   // Odd row counts, columns with and without the 16-byte path, batch 1..17.
   for (Shape s : {Shape{37, 64}, Shape{1000, 200}, Shape{129, 72}, Shape{33, 70}, Shape{2048, 2048},
-                  Shape{5, 4104}})
+                  Shape{5, 4104}, Shape{64, 8192}})
     for (int64_t n : {1, 2, 3, 8, 9, 16, 17}) {
       const auto wf = random_floats(size_t(s.rows * s.cols), 1, 0.05f);
       const auto w16 = to_bf16(wf);
@@ -106,7 +106,7 @@ TEST_F(CudaKernels, GemvFusionsMatchTheUnfusedMath) {
     int64_t rows, cols;
   };
   for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{34, 70}, Shape{1024, 2048},
-                  Shape{42, 2056}})
+                  Shape{42, 2056}, Shape{64, 8192}})
     for (bool bf16 : {true, false})
       for (const HostFusion& f : fusion_cases(s.rows, s.cols))
         for (int64_t n : {1, 2, 3, 5, 8, 9}) {
@@ -163,6 +163,21 @@ TEST_F(CudaKernels, GemvPreAddMatchesTheUnfusedMath) {
         expect_residual_out(download<float>(df.residual_out, size_t(n * s.cols)), x, n, s.cols, f,
                             what);
       }
+}
+
+// The shapes above that take the column-split paths (ColumnShare): each
+// split (2, 4, 8; uneven shares for 2056 and 4104 columns), plain, gated
+// and pre_add, and that batches above 2 and short rows do not split.
+TEST_F(CudaKernels, GemvSplitsTheColumnsOfShortMatrices) {
+  EXPECT_EQ(cuda::gemv_bf16_split(64, 8192, 1, false), 8);
+  EXPECT_EQ(cuda::gemv_bf16_split(64, 8192, 2, true), 8);
+  EXPECT_GE(cuda::gemv_bf16_split(1024, 2048, 1, false), 2);
+  EXPECT_EQ(cuda::gemv_bf16_split(42, 2056, 1, false), 4);
+  EXPECT_EQ(cuda::gemv_bf16_split(5, 4104, 2, false), 8);
+  EXPECT_EQ(cuda::gemv_bf16_split(1536, 1152, 1, false), 2);
+  EXPECT_EQ(cuda::gemv_bf16_split(64, 8192, 3, false), 1);
+  EXPECT_EQ(cuda::gemv_bf16_split(130, 200, 1, false), 1);
+  EXPECT_EQ(cuda::gemv_bf16_split(33, 70, 1, false), 1);
 }
 
 TEST_F(CudaKernels, GemvRejectsFusionsItCannotDo) {

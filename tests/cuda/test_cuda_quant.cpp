@@ -125,11 +125,15 @@ TEST(CudaQuant, GemvMatchesTheDequantizedReference) {
 TEST(CudaQuant, GemvFusionsMatchTheUnfusedMath) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
-  for (int64_t rows : {int64_t(38), int64_t(37)})
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // 2,048 columns: the words split over 2 (8-bit: 4) warps at batches 1-2.
+  for (Shape s : {Shape{38, 384}, Shape{37, 384}, Shape{38, 2048}})
     for (int bits : {4, 8})
-      for (const HostFusion& f : fusion_cases(rows, 384))
+      for (const HostFusion& f : fusion_cases(s.rows, s.cols))
         for (int64_t n : {1, 2, 3, 9}) {
-          const int64_t cols = 384;
+          const int64_t rows = s.rows, cols = s.cols;
           RandomAffine w(bits, 64, rows, cols, uint32_t(bits * 100 + n + rows));
           std::vector<float> W;
           for (int64_t r = 0; r < rows; ++r) {
@@ -147,6 +151,19 @@ TEST(CudaQuant, GemvFusionsMatchTheUnfusedMath) {
                             std::to_string(bits) + "-bit " + std::to_string(rows) +
                                 " rows n=" + std::to_string(n) + " " + f.name);
         }
+}
+
+// The shapes above that split their words over warps (and 384 columns,
+// which do not).
+TEST(CudaQuant, GemvSplitsTheWordsOfShortMatrices) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  RandomAffine a(4, 64, 38, 2048, 1), b(8, 64, 37, 1152, 2), c(4, 64, 37, 384, 3);
+  EXPECT_EQ(cuda::gemv_affine_split(a.dev, 1, false), 4);
+  EXPECT_EQ(cuda::gemv_affine_split(a.dev, 2, true), 4);
+  EXPECT_EQ(cuda::gemv_affine_split(b.dev, 1, false), 4);
+  EXPECT_EQ(cuda::gemv_affine_split(c.dev, 1, false), 1);
+  EXPECT_EQ(cuda::gemv_affine_split(a.dev, 3, false), 1);
 }
 
 TEST(CudaQuant, DequantizeAndEmbedAreExact) {

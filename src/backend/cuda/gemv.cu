@@ -3,6 +3,7 @@
 // GemvFusion (input norm, bias, residual add, gated MLP) ride in its loop
 // and epilogue (gemv_fusion.h).
 #include "backend/cuda/check.h"
+#include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemv_fusion.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -29,6 +30,16 @@ void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_
          (long long)rows);
 }
 
+int column_split(int64_t units, int64_t chunks, int64_t min_chunks) {
+  static const int64_t warps_per_sm = env_count("TANDEM_CUDA_GEMV_WARPS", 32);
+  int device = 0;
+  if (warps_per_sm == 0 || cudaGetDevice(&device) != cudaSuccess) return 1;
+  const int64_t want = warps_per_sm * launch_limits(device).multiprocessors;
+  int split = 1;
+  while (split < 8 && units * split < want && chunks / (2 * split) >= min_chunks) split *= 2;
+  return split;
+}
+
 }  // namespace gemv
 
 namespace {
@@ -47,40 +58,37 @@ __device__ __forceinline__ void widen8(const uint4& v, float (&w)[8]) {
   w[4] = bf16_lo(v.z), w[5] = bf16_hi(v.z), w[6] = bf16_lo(v.w), w[7] = bf16_hi(v.w);
 }
 
-// Chunk i + 32u (u < UNROLL) of each of the warp's ROWS rows into v.
+// Chunk i + 32u (u < UNROLL, i + 32u < chunks) of each of the warp's ROWS
+// rows into v.
 template <int ROWS, int UNROLL>
-__device__ __forceinline__ void load_chunks(const uint4* (&w)[ROWS], int64_t i,
+__device__ __forceinline__ void load_chunks(const uint4* (&w)[ROWS], int64_t i, int64_t chunks,
                                             uint4 (&v)[ROWS][UNROLL]) {
 #pragma unroll
   for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) v[r][u] = __ldg(w[r] + i + 32 * u);
+    for (int u = 0; u < UNROLL; ++u)
+      if (i + 32 * u < chunks) v[r][u] = __ldg(w[r] + i + 32 * u);
 }
 
 // The rest of a warp's pass over its rows' `chunks` 16-byte chunks (lane
-// takes chunks lane, lane + 32, ...), UNROLL per row in flight; v holds
-// the first batch (loaded before the PDL wait when there is a whole one).
-// consume(wv, c): the rows' chunks at column c.
+// takes chunks lane, lane + 32, ...), UNROLL per row in flight (the last
+// batch partial); v holds the first batch (load_chunks(w, lane, chunks, v),
+// issued before the PDL wait). consume(wv, c): the rows' chunks at column
+// c (counted from w).
 template <int ROWS, int UNROLL, class Consume>
 __device__ __forceinline__ void stream_rows(const uint4* (&w)[ROWS], int64_t chunks,
                                             uint4 (&v)[ROWS][UNROLL], Consume&& consume) {
   const int lane = threadIdx.x % 32;
-  int64_t i = lane;
-  for (; i + 32 * (UNROLL - 1) < chunks; i += 32 * UNROLL) {
-    if (i != lane) load_chunks<ROWS, UNROLL>(w, i, v);
+  for (int64_t i = lane; i < chunks; i += 32 * UNROLL) {
+    if (i != lane) load_chunks<ROWS, UNROLL>(w, i, chunks, v);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
+      if (i + 32 * u >= chunks) break;
       uint4 wv[ROWS];
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) wv[r] = v[r][u];
       consume(wv, (i + 32 * u) * 8);
     }
-  }
-  for (; i < chunks; i += 32) {
-    uint4 wv[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) wv[r] = __ldg(w[r] + i);
-    consume(wv, i * 8);
   }
 }
 
@@ -127,29 +135,35 @@ __device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* __r
 // cols % 8 == 0: 16-byte loads. Each warp owns ROWS rows (WarpRows) and
 // reuses every activation chunk it loads for all of them; UNROLL chunks per
 // row are in flight at once (memory-level parallelism is what a GEMV needs
-// to reach HBM bandwidth).
-template <int N, int ROWS, int UNROLL, bool GATED>
+// to reach HBM bandwidth), and SPLIT warps share a unit's columns
+// (ColumnShare) when its rows alone would leave SMs short of warps.
+template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
 __global__ void gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
                               const float* __restrict__ x, float* y, GemvFusion f) {
-  const int64_t unit = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const WarpRows<ROWS, GATED> wr(unit, rows);
+  const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32;
-  if (!wr.any()) return;
-  const int64_t chunks = cols / 8;
+  if (SPLIT == 1 && !wr.any()) return;  // split warps meet at gather_split's barrier
+  const ColumnShare<SPLIT> share(cols / 8);
   const uint4* w[ROWS];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) w[r] = reinterpret_cast<const uint4*>(W + wr.row(r) * cols);
+  for (int r = 0; r < ROWS; ++r)
+    w[r] = reinterpret_cast<const uint4*>(W + wr.row(r) * cols) + share.first;
   float acc[ROWS][N], ss[N];
   zero_sums(acc, ss);
   // The first weight loads go out before waiting for the previous kernel
   // (PDL: weights are never written), so they overlap its tail.
   pdl_launch_dependents();
   uint4 v[ROWS][UNROLL];
-  if (lane + 32 * (UNROLL - 1) < chunks) load_chunks<ROWS, UNROLL>(w, lane, v);
+  load_chunks<ROWS, UNROLL>(w, lane, share.count, v);
   pdl_wait();
-  stream_rows<ROWS, UNROLL>(w, chunks, v, [&](const uint4(&wv)[ROWS], int64_t c) {
-    chunk8<N, ROWS>(wv, x, cols, c, f, acc, ss);
+  const float* xs = x + share.first * 8;
+  const float* gs = f.norm_weight ? f.norm_weight + share.first * 8 : nullptr;
+  GemvFusion fs = f;
+  fs.norm_weight = gs;
+  stream_rows<ROWS, UNROLL>(w, share.count, v, [&](const uint4(&wv)[ROWS], int64_t c) {
+    chunk8<N, ROWS>(wv, xs, cols, c, fs, acc, ss);
   });
+  if (!gather_split<N, ROWS, SPLIT>(acc, ss)) return;
   finish<N, ROWS, GATED>(wr, acc, ss, cols, f, y);
 }
 
@@ -170,7 +184,7 @@ size_t pre_add_smem_bytes(int n, int64_t cols) {
   return size_t(2 * n + 1) * size_t(cols) * sizeof(float);
 }
 
-template <int N, int ROWS, int UNROLL, bool GATED>
+template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
 __global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
                                   const float* __restrict__ x, float* y, GemvFusion f) {
   extern __shared__ __align__(16) float staged[];
@@ -178,16 +192,16 @@ __global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, 
   float* us = staged + N * cols;      // [N][cols]: pre_add · pre_add_weight
   float* gs = staged + 2 * N * cols;  // [cols]: norm_weight (1 when null)
   __shared__ float partial[kWarpsPerBlock][4 * N];
-  const int64_t unit = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const WarpRows<ROWS, GATED> wr(unit, rows);
+  const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t chunks = cols / 8;
+  const ColumnShare<SPLIT> share(cols / 8);
   const uint4* w[ROWS];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) w[r] = reinterpret_cast<const uint4*>(W + wr.row(r) * cols);
+  for (int r = 0; r < ROWS; ++r)
+    w[r] = reinterpret_cast<const uint4*>(W + wr.row(r) * cols) + share.first;
   pdl_launch_dependents();
   uint4 v[ROWS][UNROLL];
-  if (wr.any() && lane + 32 * (UNROLL - 1) < chunks) load_chunks<ROWS, UNROLL>(w, lane, v);
+  if (wr.any()) load_chunks<ROWS, UNROLL>(w, lane, share.count, v);
   pdl_wait();
 
   // Prologue: stage and sum (oo, xx, xu, uu per batch row).
@@ -245,18 +259,19 @@ __global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, 
     }
   }
   __syncthreads();
-  if (!wr.any()) return;
+  if (SPLIT == 1 && !wr.any()) return;  // split warps meet at gather_split's barrier
 
   float acc[ROWS][N], ss[N];
   zero_sums(acc, ss);
-  stream_rows<ROWS, UNROLL>(w, chunks, v, [&](const uint4(&wv)[ROWS], int64_t c) {
+  const float* hv = hs + share.first * 8;
+  stream_rows<ROWS, UNROLL>(w, share.count, v, [&](const uint4(&wv)[ROWS], int64_t c) {
     float wf[ROWS][8];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) widen8(wv[r], wf[r]);
 #pragma unroll
     for (int t = 0; t < N; ++t) {
-      const float4 a = *reinterpret_cast<const float4*>(hs + t * cols + c);
-      const float4 b = *reinterpret_cast<const float4*>(hs + t * cols + c + 4);
+      const float4 a = *reinterpret_cast<const float4*>(hv + t * cols + c);
+      const float4 b = *reinterpret_cast<const float4*>(hv + t * cols + c + 4);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) acc[r][t] += dot8(wf[r], a, b);
     }
@@ -266,6 +281,7 @@ __global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, 
   for (int r = 0; r < ROWS; ++r)
 #pragma unroll
     for (int t = 0; t < N; ++t) acc[r][t] *= s2[t];
+  if (!gather_split<N, ROWS, SPLIT>(acc, ss)) return;
   GemvFusion plain = f;
   plain.normalize = false;
   finish<N, ROWS, GATED>(wr, acc, ss, cols, plain, y);
@@ -332,17 +348,20 @@ __global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols,
 
 // Batch 1: one row per warp, four loads in flight (gated: a gate/up pair,
 // two each). Larger batches: rows share each activation chunk (two or four
-// rows per warp).
-template <int N, bool GATED>
-void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
-                const GemvFusion& f, cudaStream_t stream) {
+// rows per warp). Batches of up to kMaxSplitBatch rows split a unit's
+// columns over warps when it has few rows (gemv_bf16_split).
+
+template <int N, bool GATED, int SPLIT>
+void launch_vec_split(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
+                      const GemvFusion& f, cudaStream_t stream) {
   constexpr int kRows = N == 1 ? (GATED ? 2 : 1) : N < 4 ? 2 : 4;
   constexpr int kUnroll = kRows == 1 ? 4 : 2;
+  constexpr int kUnits = ColumnShare<SPLIT>::kUnitsPerBlock;
   const int64_t units = WarpRows<kRows, GATED>::units(rows);
-  const unsigned blocks = unsigned((units + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const unsigned blocks = unsigned((units + kUnits - 1) / kUnits);
   if constexpr (N <= kGemvPreAddMaxRows) {
     if (f.pre_add) {
-      const auto kernel = gemv_bf16_pre_add<N, kRows, kUnroll, GATED>;
+      const auto kernel = gemv_bf16_pre_add<N, kRows, kUnroll, GATED, SPLIT>;
       const size_t smem = pre_add_smem_bytes(N, cols);
       if (smem > (size_t(48) << 10))
         allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
@@ -350,8 +369,18 @@ void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, f
       return;
     }
   }
-  launch(gemv_bf16_vec<N, kRows, kUnroll, GATED>, blocks, kWarpsPerBlock * 32, 0, stream, W, rows,
-         cols, x, y, f);
+  launch(gemv_bf16_vec<N, kRows, kUnroll, GATED, SPLIT>, blocks, kWarpsPerBlock * 32, 0, stream, W,
+         rows, cols, x, y, f);
+}
+
+template <int N, bool GATED>
+void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
+                const GemvFusion& f, cudaStream_t stream) {
+  with_split(gemv_bf16_split(rows, cols, N, GATED), [&](auto s) {
+    constexpr int S = decltype(s)::value;
+    if constexpr (S == 1 || N <= kMaxSplitBatch)
+      launch_vec_split<N, GATED, S>(W, rows, cols, x, y, f, stream);
+  });
 }
 
 template <class Wt, bool VEC4>
@@ -385,6 +414,15 @@ void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_
   else
     launch_any<float, false>(W, rows, cols, x, n, y, fusion, stream);
   CUDA_CHECK(cudaGetLastError());
+}
+
+int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated) {
+  if (n > kMaxSplitBatch || cols % 8 != 0) return 1;
+  const int rows_per_warp = n == 1 ? (gated ? 2 : 1) : 2;
+  const int unroll = rows_per_warp == 1 ? 4 : 2;
+  const int64_t outputs_per_warp = gated ? rows_per_warp / 2 : rows_per_warp;
+  const int64_t units = ((gated ? rows / 2 : rows) + outputs_per_warp - 1) / outputs_per_warp;
+  return column_split(units, cols / 8, 16 * unroll);
 }
 
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,

@@ -14,6 +14,10 @@ namespace tandem::cuda::gemv {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxBatch = 8;  // batch rows a kernel keeps in registers
+// Batches of up to this many rows may split columns over warps (ColumnShare;
+// the decoder's GEMV steps over bf16 weights); larger ones do not, which
+// keeps the number of kernels to build down.
+constexpr int kMaxSplitBatch = 2;
 
 // The ROWS weight rows of warp `unit`. Plain: rows unit·ROWS + r. Gated
 // (ROWS even): ROWS/2 gate rows and the up rows that pair with them, so one
@@ -95,6 +99,87 @@ __device__ __forceinline__ void finish(const WarpRows<ROWS, GATED>& wr, float (&
         *dst = f.accumulate ? *dst + v : v;
       }
     }
+  }
+}
+
+// Column split: SPLIT warps of a block (1, 2, 4 or 8) share one unit's rows,
+// each streaming a contiguous share of the columns, so a matrix with few
+// rows still puts enough warps (and loads in flight) on every SM. A block
+// holds kWarpsPerBlock / SPLIT units; warp w takes share w % SPLIT.
+template <int SPLIT>
+struct ColumnShare {
+  static_assert(SPLIT >= 1 && kWarpsPerBlock % SPLIT == 0, "SPLIT divides a block's warps");
+  static constexpr int kUnitsPerBlock = kWarpsPerBlock / SPLIT;
+  int64_t first, count;  // the warp's share: `count` chunks from chunk `first`
+
+  __device__ explicit ColumnShare(int64_t chunks) {
+    const int64_t part = (threadIdx.x / 32) % SPLIT, per = (chunks + SPLIT - 1) / SPLIT;
+    first = part * per < chunks ? part * per : chunks;
+    count = (first + per < chunks ? first + per : chunks) - first;
+  }
+  __device__ static int64_t unit() {
+    return int64_t(blockIdx.x) * kUnitsPerBlock + (threadIdx.x / 32) / SPLIT;
+  }
+};
+
+// Gathers the SPLIT warps' partial sums of a unit into its first warp (in
+// lane 0; the other lanes' are zeroed, so finish's warp sums stay right).
+// Returns whether this warp holds them (and must call finish). Every warp
+// of the block must call it (a block barrier); with SPLIT 1 it is a no-op.
+template <int N, int ROWS, int SPLIT>
+__device__ __forceinline__ bool gather_split(float (&acc)[ROWS][N], float (&ss)[N]) {
+  if constexpr (SPLIT == 1) {
+    return true;
+  } else {
+    constexpr int kSums = ROWS * N + N;
+    __shared__ float parts[kWarpsPerBlock][kSums];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+      for (int t = 0; t < N; ++t) {
+        const float v = warp_sum(acc[r][t]);
+        if (lane == 0) parts[warp][r * N + t] = v;
+      }
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      const float v = warp_sum(ss[t]);
+      if (lane == 0) parts[warp][ROWS * N + t] = v;
+    }
+    __syncthreads();
+    if (warp % SPLIT != 0) return false;
+    float total[kSums];
+#pragma unroll
+    for (int k = 0; k < kSums; ++k) {
+      total[k] = 0.f;
+#pragma unroll
+      for (int p = 0; p < SPLIT; ++p) total[k] += parts[warp + p][k];
+      if (lane != 0) total[k] = 0.f;
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+      for (int t = 0; t < N; ++t) acc[r][t] = total[r * N + t];
+#pragma unroll
+    for (int t = 0; t < N; ++t) ss[t] = total[ROWS * N + t];
+    return true;
+  }
+}
+
+// The column split for `units` warp units over rows of `chunks` loads: the
+// smallest power of two (at most 8) that gives the device's SMs
+// TANDEM_CUDA_GEMV_WARPS warps each (default 32; 0: never split), keeping
+// at least `min_chunks` loads a warp. Host side.
+int column_split(int64_t units, int64_t chunks, int64_t min_chunks);
+
+// Calls run(std::integral_constant<int, SPLIT>{}) for split 1, 2, 4 or 8.
+template <class Run>
+void with_split(int split, Run&& run) {
+  switch (split) {
+    case 8: run(std::integral_constant<int, 8>{}); break;
+    case 4: run(std::integral_constant<int, 4>{}); break;
+    case 2: run(std::integral_constant<int, 2>{}); break;
+    default: run(std::integral_constant<int, 1>{}); break;
   }
 }
 

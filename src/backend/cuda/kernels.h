@@ -55,6 +55,13 @@ struct GemvFusion {
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
                cudaStream_t stream, const GemvFusion& fusion = {});
 
+// How many warps gemv_bf16 splits each warp unit's columns over for this
+// shape (1, 2, 4 or 8): more when the rows alone would leave the device's
+// SMs short of warps, and so of loads in flight (TANDEM_CUDA_GEMV_WARPS:
+// warps an SM should get, default 32; 0 never splits). gemv_affine does the
+// same over its packed words. Batches of 1 and 2 only.
+int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated);
+
 // The same over f32 weights (W: [rows, cols] f32).
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
               cudaStream_t stream, const GemvFusion& fusion = {});
@@ -293,6 +300,8 @@ struct AffineMatrix {
 // the fusions of GemvFusion.
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                  const GemvFusion& fusion = {});
+// gemv_bf16_split's counterpart over packed words (at least 2 words a lane).
+int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated);
 // out[i, c] = bf16(w[r0 + i, c]) for i < m: tiles for cuBLAS prefill; and,
 // when out_lo is not null, out_lo[i, c] = bf16(w - out[i, c]) (the two
 // parts carry 16 significant bits).

@@ -53,28 +53,33 @@ __device__ __forceinline__ void unpack_word(uint32_t word, float (&q)[32 / BITS]
 // 16-byte chunk per lane, each lane's activations sat 128 bytes from its
 // neighbour's and every load touched 32 cache lines, which held the kernel
 // to a tenth of the bandwidth. Index math is 32-bit with the group size as a
-// shift.
-template <int N, int BITS, int ROWS, int UNROLL, bool GATED>
+// shift. SPLIT warps share a unit's words (ColumnShare) when its rows alone
+// would leave SMs short of warps.
+template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT>
 __global__ void gemv_affine_kernel(const uint32_t* __restrict__ W, const float* __restrict__ scales,
                                    const float* __restrict__ biases, int group_shift, int rows,
                                    int cols, const float* __restrict__ x, float* y, GemvFusion f) {
   constexpr int C = 32 / BITS;  // codes per word
   constexpr int kWordShift = BITS == 4 ? 3 : 2;
-  const WarpRows<ROWS, GATED> wr(int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32, rows);
+  const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32;
   pdl_launch_dependents();
-  if (!wr.any()) return;  // reads and writes nothing
-  const int words = cols / C, groups = cols >> group_shift;
-  const int word_group_shift = group_shift - kWordShift;  // word index -> group index
+  if (SPLIT == 1 && !wr.any()) return;  // split warps meet at gather_split's barrier
+  const int row_words = cols / C, groups = cols >> group_shift;
+  const ColumnShare<SPLIT> share(row_words);
+  const int first = int(share.first), words = int(share.count);  // this warp's words
+  const int word_group_shift = group_shift - kWordShift;         // word index -> group index
   const uint32_t* w[ROWS];
   const float *sc[ROWS], *bi[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     const int row = int(wr.row(r));
-    w[r] = W + size_t(row) * size_t(words);
+    w[r] = W + size_t(row) * size_t(row_words) + first;
     sc[r] = scales + size_t(row) * size_t(groups);
     bi[r] = biases + size_t(row) * size_t(groups);
   }
+  x += size_t(first) * C;
+  const float* norm_weight = f.norm_weight ? f.norm_weight + size_t(first) * C : nullptr;
   float acc[ROWS][N], ss[N];
   zero_sums(acc, ss);
   uint32_t v[ROWS][UNROLL];
@@ -96,7 +101,7 @@ __global__ void gemv_affine_kernel(const uint32_t* __restrict__ W, const float* 
     for (int u = 0; u < UNROLL; ++u) {
       const int c = i + 32 * u;
       if (c >= words) break;
-      const int g = c >> word_group_shift;
+      const int g = (first + c) >> word_group_shift;
       float wq[ROWS][C];  // the word's weights, scale · q + bias
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
@@ -108,8 +113,8 @@ __global__ void gemv_affine_kernel(const uint32_t* __restrict__ W, const float* 
       float4 gw[C / 4];  // the norm weight over the word's columns
 #pragma unroll
       for (int j = 0; j < C / 4; ++j)
-        gw[j] = f.normalize && f.norm_weight
-                    ? __ldg(reinterpret_cast<const float4*>(f.norm_weight + size_t(c) * C) + j)
+        gw[j] = f.normalize && norm_weight
+                    ? __ldg(reinterpret_cast<const float4*>(norm_weight + size_t(c) * C) + j)
                     : make_float4(1.f, 1.f, 1.f, 1.f);
 #pragma unroll
       for (int t = 0; t < N; ++t) {
@@ -130,6 +135,7 @@ __global__ void gemv_affine_kernel(const uint32_t* __restrict__ W, const float* 
       }
     }
   }
+  if (!gather_split<N, ROWS, SPLIT>(acc, ss)) return;
   finish<N, ROWS, GATED>(wr, acc, ss, cols, f, y);
 }
 
@@ -199,16 +205,24 @@ int log2_exact(int v) {
 }
 
 // A 2,048-column row is 256 words at 4 bits: 8 per lane, all in flight
-// (gated: 4 for each row of the pair).
+// (gated: 4 for each row of the pair). Batches of up to kMaxSplitBatch rows
+// split a unit's words over warps when it has few rows (gemv_affine_split).
 template <int N, int BITS, bool GATED>
 void launch_gemv(const AffineMatrix& w, const float* x, float* y, const GemvFusion& f,
                  cudaStream_t stream) {
   constexpr int kRows = GATED ? 2 : 1;
   constexpr int kUnroll = (N <= 2 ? 8 : 4) / kRows;
   const int64_t units = WarpRows<kRows, GATED>::units(w.rows);
-  const unsigned blocks = unsigned((units + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  launch(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED>, blocks, kWarpsPerBlock * 32, 0, stream,
-         w.data, w.scales, w.biases, log2_exact(w.group), int(w.rows), int(w.cols), x, y, f);
+  with_split(gemv_affine_split(w, N, GATED), [&](auto s) {
+    constexpr int S = decltype(s)::value;
+    if constexpr (S == 1 || N <= kMaxSplitBatch) {
+      constexpr int kUnits = ColumnShare<S>::kUnitsPerBlock;
+      const unsigned blocks = unsigned((units + kUnits - 1) / kUnits);
+      launch(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S>, blocks, kWarpsPerBlock * 32, 0,
+             stream, w.data, w.scales, w.biases, log2_exact(w.group), int(w.rows), int(w.cols), x,
+             y, f);
+    }
+  });
 }
 
 template <int BITS>
@@ -233,6 +247,12 @@ void check(const AffineMatrix& w, const char* what) {
 }
 
 }  // namespace
+
+int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated) {
+  if (n > kMaxSplitBatch) return 1;
+  const int64_t units = gated ? w.rows / 2 : w.rows;  // one row or gate/up pair a warp
+  return column_split(units, w.cols / (32 / w.bits), 64);
+}
 
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                  const GemvFusion& fusion) {

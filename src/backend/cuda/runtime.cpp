@@ -100,6 +100,8 @@ LaunchLimits launch_limits(int device) {
   if (cudaDeviceGetAttribute(&l.cc_major, cudaDevAttrComputeCapabilityMajor, device) !=
           cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&l.multiprocessors, cudaDevAttrMultiProcessorCount, device) !=
           cudaSuccess) {
     cudaGetLastError();  // an unusable device: no limits (nothing launches), not remembered
     return LaunchLimits{};

@@ -23,11 +23,13 @@ struct DeviceInfo {
 int device_count(std::string* why);
 DeviceInfo device_info(int index);
 // What kernel launches check of a device, queried once per device (cheap to
-// ask per launch): its compute capability major and the shared memory a
-// block may opt in to (zeros for a device that cannot be queried).
+// ask per launch): its compute capability major, the shared memory a block
+// may opt in to and its multiprocessor count (zeros for a device that cannot
+// be queried).
 struct LaunchLimits {
   int cc_major = 0;
   size_t smem_optin = 0;
+  int multiprocessors = 0;
 };
 LaunchLimits launch_limits(int device);
 // Lets `kernel` (a __global__ function's address) take up to the current
