@@ -69,6 +69,11 @@ if [ -n "$configs" ] && [ "$mode" != quick ]; then
   unset TANDEM_CUDA_PACKED_QUANT
   TANDEM_CUDA_PDL=0 timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json \
     --context 128 --tokens 128 --prefill 512
+  # f32-level GEMM inputs (--gemm-precision f32), against the default bf16 ones above.
+  timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 4096 \
+    --tokens 64 --prefill 4096 --gemm-precision f32
+  timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 1024 \
+    --tokens 32 --batch 32 --prefill 16 --gemm-precision f32
   # f32 KV rows (--kv-cache-dtype f32), against the default bf16 ones above.
   timeout 120 "$build/bench_cuda_decode" bench/configs/llama-3.2-1b.json --context 4096 \
     --tokens 64 --prefill 4096 --kv-dtype f32

@@ -96,7 +96,8 @@ TEST(DemoModel, ServeWithNoModelServesTheBuiltInDemo) {
   EXPECT_EQ(r.body["choices"][0]["message"]["content"], "Tokyo");
 }
 
-INSTANTIATE_TEST_SUITE_P(Demos, DemoModel, testing::Values("gemma3-demo", "ministral3-demo", "gemma4-demo"),
+INSTANTIATE_TEST_SUITE_P(Demos, DemoModel,
+                         testing::Values("gemma3-demo", "ministral3-demo", "gemma4-demo"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

@@ -79,6 +79,16 @@ TEST(Device, KvCacheDtypeIsBf16OnCudaAndF32OnTheCpu) {
   }
 }
 
+TEST(Device, GemmPrecisionIsBf16OrF32) {
+  EXPECT_TRUE(resolve_gemm_precision("bf16"));
+  EXPECT_FALSE(resolve_gemm_precision("f32"));
+  for (const char* bad : {"fp32", "BF16", "", "f16", "auto", "tf32"}) {
+    const std::string err = error_of([&] { resolve_gemm_precision(bad); });
+    EXPECT_NE(err.find("--gemm-precision"), std::string::npos) << bad << ": " << err;
+    EXPECT_NE(err.find("use bf16 or f32"), std::string::npos) << bad << ": " << err;
+  }
+}
+
 TEST(Device, WithoutAUsableGpuAutoIsTheCpuAndCudaFailsClearly) {
   if (cuda_usable()) GTEST_SKIP() << "a CUDA device is usable here";
   testing::internal::CaptureStderr();

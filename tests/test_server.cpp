@@ -282,6 +282,7 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
                                           "kv_blocks_used",
                                           "kv_blocks_total",
                                           "kv_cache_dtype",
+                                          "gemm_precision",
                                           "text_lane_requests",
                                           "vision_lane_requests",
                                           "vision_encoder_calls",
@@ -297,6 +298,7 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
   EXPECT_EQ(r.body["model"], "test-model");
   EXPECT_EQ(r.body["device"], "cpu");  // no "gpu_memory" on the CPU
   EXPECT_EQ(r.body["kv_cache_dtype"], "f32");
+  EXPECT_EQ(r.body["gemm_precision"], "f32");  // the CPU computes in f32
   EXPECT_EQ(r.body["total_requests_processed"], 1);
   EXPECT_EQ(r.body["total_completion_tokens"], 3);
   EXPECT_EQ(r.body["total_prompt_tokens"], 2);

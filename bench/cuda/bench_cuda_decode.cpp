@@ -4,7 +4,7 @@
 //
 //   bench_cuda_decode CONFIG.json [--dtype bf16] [--context 128] [--tokens 128]
 //                     [--batch 1] [--prefill 512] [--quantize 4|8] [--host-logits]
-//                     [--kv-dtype bf16|f32] [--profile]
+//                     [--kv-dtype bf16|f32] [--gemm-precision bf16|f32] [--profile]
 //
 // Writes the checkpoint to a temporary folder (tandem synth; kept, and
 // reused by later runs on the same config and dtype), prefills
@@ -18,7 +18,9 @@
 // parameters per token, attention excluded).
 //
 // --kv-dtype sets the KV rows' type (bf16 by default, as the engine on
-// CUDA; the bytes a step reads count it).
+// CUDA; the bytes a step reads count it). --gemm-precision: the inputs of the
+// cuBLAS GEMMs (prefill, 3+ sequences): bf16 (the default, as the engine's)
+// or f32 (hi/lo halves).
 // --quantize quantizes the checkpoint on load (affine, group 64, as
 // `--quantize q4|q8`); with TANDEM_CUDA_PACKED_QUANT=1 the device keeps the
 // codes packed, so the bytes streamed are the codes, scales and biases
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
                  "[--batch N] [--prefill N]\n");
     return 2;
   }
-  std::string config = argv[1], dtype = "bf16", kv_dtype = "bf16";
+  std::string config = argv[1], dtype = "bf16", kv_dtype = "bf16", gemm = "bf16";
   int64_t context = 128, tokens = 128, batch = 1, prefill = 512, quantize = 0;
   bool host_logits = false, profile = false;
   for (int i = 2; i < argc; ++i) {
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
     if (!std::strcmp(argv[i], "--kv-dtype")) kv_dtype = argv[i + 1];
+    if (!std::strcmp(argv[i], "--gemm-precision")) gemm = argv[i + 1];
     if (!std::strcmp(argv[i], "--context")) context = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
@@ -117,13 +120,18 @@ int main(int argc, char** argv) {
   const int64_t full_blocks =
       (batch * per_seq + prefill + 2 * KvPool::kBlockSize) / KvPool::kBlockSize + batch + 1;
   const int64_t sliding_blocks = (batch + 1) * KvPool::sliding_blocks_per_sequence(s, step_tokens);
+  if (gemm != "bf16" && gemm != "f32") {
+    std::fprintf(stderr, "bench_cuda_decode: --gemm-precision %s (bf16 or f32)\n", gemm.c_str());
+    return 2;
+  }
   if (kv_dtype != "bf16" && kv_dtype != "f32") {
     std::fprintf(stderr, "bench_cuda_decode: --kv-dtype %s (bf16 or f32)\n", kv_dtype.c_str());
     return 2;
   }
   const DType rows = kv_dtype == "bf16" ? DType::BF16 : DType::F32;
   KvPool kv_pool(s, full_blocks, sliding_blocks, /*host_storage=*/false, rows);
-  cuda::Decoder dec(*model, kv_pool, step_tokens, 0);
+  cuda::Decoder dec(*model, kv_pool, step_tokens, 0,
+                    gemm == "f32" ? cuda::GemmInputs::HiLo : cuda::GemmInputs::Bf16);
 
   // Prefill timing: one sequence of `prefill` tokens (a warm-up run first).
   std::vector<int32_t> ids(static_cast<size_t>(std::max(context, prefill)));
@@ -201,7 +209,8 @@ int main(int argc, char** argv) {
   const double params = double(dec.streamed_bytes()) / width;
   std::printf(
       "{\"config\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, "
-      "\"logits\": \"%s\", \"quantized\": \"%s\", \"kv_dtype\": \"%s\", "
+      "\"logits\": \"%s\", \"quantized\": \"%s\", \"kv_dtype\": \"%s\", \"gemm_precision\": "
+      "\"%s\", "
       "\"context\": %lld, \"tokens\": %lld, \"decode_tok_s\": %.1f, \"step_ms\": %.3f, "
       "\"weight_bytes\": %zu, \"streamed_bytes\": %zu, \"kv_bytes_per_step\": %.0f, \"gbs\": %.1f, "
       "\"copy_gbs\": %.1f, "
@@ -209,9 +218,9 @@ int main(int argc, char** argv) {
       "\"prefill_tflops\": %.2f}\n",
       config.c_str(), cuda::device_info(0).name.c_str(), dtype.c_str(), (long long)batch,
       host_logits ? "host" : "device greedy", quantize ? (quantize == 4 ? "q4" : "q8") : "",
-      kv_dtype.c_str(), (long long)context, (long long)tokens, steps_s * double(batch),
-      1e3 / steps_s, dec.weight_bytes(), dec.streamed_bytes(), double(batch) * kv_bytes, gbs, peak,
-      gbs / peak, (long long)prefill, double(prefill) / prefill_s,
-      2.0 * params * double(prefill) / prefill_s / 1e12);
+      kv_dtype.c_str(), gemm.c_str(), (long long)context, (long long)tokens,
+      steps_s * double(batch), 1e3 / steps_s, dec.weight_bytes(), dec.streamed_bytes(),
+      double(batch) * kv_bytes, gbs, peak, gbs / peak, (long long)prefill,
+      double(prefill) / prefill_s, 2.0 * params * double(prefill) / prefill_s / 1e12);
   return 0;
 }

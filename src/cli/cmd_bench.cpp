@@ -24,6 +24,7 @@ struct BenchOptions {
   int threads = 0;
   std::string device = "auto";
   std::string kv_cache_dtype = "auto";
+  std::string gemm_precision = "bf16";
   double peak_gbs = 0.0;
   std::string quantize;
   std::string mmproj;  // --mmproj FILE: checked; bench runs the language model only
@@ -56,6 +57,7 @@ int run_bench(const BenchOptions& o) {
     fail("--prompt-tokens and --tokens must be at least 1");
   const DeviceChoice device = resolve_device(o.device);
   const DType kv_dtype = resolve_kv_dtype(o.kv_cache_dtype, device);
+  resolve_gemm_precision(o.gemm_precision);
   ThreadPool pool(o.threads);
   // Measured before the model is touched, so its 1 GiB buffer is freed before
   // the weights become resident and stays out of the RSS figure below. On a
@@ -72,8 +74,9 @@ int run_bench(const BenchOptions& o) {
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(size_t(o.prompt_tokens));
   for (auto& id : prompt) id = int32_t(rng() % uint32_t(s.vocab));
-  SequenceRunner seq = make_sequence_runner(
-      device, *model, pool, o.prompt_tokens + o.decode_tokens + 2, o.kv_cache_dtype);
+  SequenceRunner seq =
+      make_sequence_runner(device, *model, pool, o.prompt_tokens + o.decode_tokens + 2,
+                           o.kv_cache_dtype, o.gemm_precision);
   StepRunner& decoder = *seq.runner;
   KvPool& kv_pool = *seq.kv_pool;
   std::vector<float> logits(size_t(s.vocab));
@@ -142,6 +145,7 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   add_device_option(cmd, o->device);
   add_kv_cache_dtype_option(cmd, o->kv_cache_dtype);
+  add_gemm_precision_option(cmd, o->gemm_precision);
   cmd->add_option("--peak-gbs", o->peak_gbs,
                   "Memory read bandwidth to compare with (default: measure it)");
   add_quantize_option(cmd, o->quantize);

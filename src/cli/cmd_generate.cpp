@@ -28,6 +28,7 @@ struct RunOptions {
   int threads = 0;
   std::string device = "auto";
   std::string kv_cache_dtype = "auto";
+  std::string gemm_precision = "bf16";
   std::string quantize;  // --quantize q4|q8
   std::string mmproj;    // --mmproj FILE: the vision tower for --image
   bool json = false;
@@ -44,6 +45,7 @@ struct LogitsOptions {
   int threads = 0;
   std::string device = "auto";
   std::string kv_cache_dtype = "auto";
+  std::string gemm_precision = "bf16";
   std::string quantize;  // --quantize q4|q8
   std::string mmproj;    // --mmproj FILE: the vision tower for --image
 };
@@ -101,8 +103,8 @@ int run_generate(const RunOptions& o, const DeviceChoice& device) {
   }
   const std::vector<int32_t> prompt = run_prompt(o, model_text.get(), tower.get(), prepared);
   ThreadPool pool(o.threads);
-  SequenceRunner seq =
-      make_sequence_runner(device, *model, pool, int64_t(prompt.size()) + o.n, o.kv_cache_dtype);
+  SequenceRunner seq = make_sequence_runner(device, *model, pool, int64_t(prompt.size()) + o.n,
+                                            o.kv_cache_dtype, o.gemm_precision);
   StepRunner& decoder = *seq.runner;
   SequenceKv kv;
   std::vector<float> logits(size_t(model->spec.vocab));
@@ -156,7 +158,8 @@ int run_logits(const LogitsOptions& o, const DeviceChoice& device) {
   model->mmproj = o.mmproj;
   ThreadPool pool(o.threads);
   const int64_t n = int64_t(ids.size()), V = model->spec.vocab;
-  SequenceRunner seq = make_sequence_runner(device, *model, pool, n, o.kv_cache_dtype);
+  SequenceRunner seq =
+      make_sequence_runner(device, *model, pool, n, o.kv_cache_dtype, o.gemm_precision);
   StepRunner& decoder = *seq.runner;
   SequenceKv kv;
   std::vector<float> logits(size_t(o.all ? n * V : V));
@@ -200,6 +203,7 @@ Runner add_run_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   add_device_option(cmd, o->device);
   add_kv_cache_dtype_option(cmd, o->kv_cache_dtype);
+  add_gemm_precision_option(cmd, o->gemm_precision);
   add_quantize_option(cmd, o->quantize);
   add_mmproj_option(cmd, o->mmproj);
   cmd->add_flag("--json", o->json, "Print {\"ids\": [...], \"text\": \"...\"} as JSON");
@@ -217,6 +221,7 @@ Runner add_run_command(CLI::App& app) {
     check_mmproj(o->mmproj);
     const DeviceChoice device = resolve_device(o->device);  // before any download
     resolve_kv_dtype(o->kv_cache_dtype, device);
+    resolve_gemm_precision(o->gemm_precision);
     o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/true);
     return run_generate(*o, device);
   };
@@ -237,12 +242,14 @@ Runner add_logits_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   add_device_option(cmd, o->device);
   add_kv_cache_dtype_option(cmd, o->kv_cache_dtype);
+  add_gemm_precision_option(cmd, o->gemm_precision);
   add_quantize_option(cmd, o->quantize);
   add_mmproj_option(cmd, o->mmproj);
   return [o] {
     check_mmproj(o->mmproj);
     const DeviceChoice device = resolve_device(o->device);
     resolve_kv_dtype(o->kv_cache_dtype, device);
+    resolve_gemm_precision(o->gemm_precision);
     o->model = catalog::resolve_model_arg(o->model, /*allow_download=*/false);
     return run_logits(*o, device);
   };

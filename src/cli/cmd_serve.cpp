@@ -43,6 +43,7 @@ struct ServeOptions {
   int max_concurrent = 32;
   std::string kv_memory;
   std::string kv_cache_dtype = "auto";
+  std::string gemm_precision = "bf16";
   int64_t max_context = 0;
   double timeout_s = 600;
   double step_timeout_s = 60;
@@ -216,6 +217,8 @@ int run_serve(const ServeOptions& o) {
   config.gpu_memory_fraction = o.gpu_memory_fraction;
   config.kv_cache_dtype = o.kv_cache_dtype;
   resolve_kv_dtype(o.kv_cache_dtype, config.device);  // a bad value fails before the model loads
+  config.gemm_precision = o.gemm_precision;
+  resolve_gemm_precision(o.gemm_precision);
   config.threads = o.threads;
   config.max_concurrent = o.max_concurrent;
   config.max_context = o.max_context;
@@ -320,6 +323,7 @@ Runner add_serve_command(CLI::App& app) {
                   "KV cache size, e.g. 512M or 2G (default: enough for --max-concurrent full "
                   "contexts, at most 2G on the CPU or what --gpu-memory-fraction leaves)");
   add_kv_cache_dtype_option(cmd, o->kv_cache_dtype);
+  add_gemm_precision_option(cmd, o->gemm_precision);
   cmd->add_option("--gpu-memory-fraction", o->gpu_memory_fraction,
                   "CUDA only, without --kv-memory: the share of the GPU's memory tandem may use "
                   "(default 0.9); the KV cache gets what the weights, other processes and 512 "

@@ -57,14 +57,24 @@ void add_kv_cache_dtype_option(CLI::App* cmd, std::string& value) {
       ->capture_default_str();
 }
 
+void add_gemm_precision_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--gemm-precision", value,
+                  "What the GPU's tensor-core GEMMs (prefill, batched decode) multiply bf16 "
+                  "weights with: bf16 activations (as vLLM and llama.cpp; ~1.5x faster "
+                  "prefill) or f32-level ones (two bf16 halves each). CUDA only")
+      ->capture_default_str();
+}
+
 SequenceRunner make_sequence_runner(const DeviceChoice& device, const Model& model,
                                     ThreadPool& pool, int64_t capacity,
-                                    const std::string& kv_cache_dtype) {
+                                    const std::string& kv_cache_dtype,
+                                    const std::string& gemm_precision) {
   SequenceRunner r;
   r.kv_pool = std::make_unique<KvPool>(
       single_sequence_pool(model.spec, capacity, Decoder::kDefaultStepTokens,
                            kv_host_storage(device), resolve_kv_dtype(kv_cache_dtype, device)));
-  r.runner = make_step_runner(device, model, pool, *r.kv_pool, Decoder::kDefaultStepTokens);
+  r.runner = make_step_runner(device, model, pool, *r.kv_pool, Decoder::kDefaultStepTokens,
+                              resolve_gemm_precision(gemm_precision));
   return r;
 }
 

@@ -29,6 +29,8 @@ void add_device_option(CLI::App* cmd, std::string& value);
 // Registers --kv-cache-dtype auto|f32|bf16 (default auto; resolve_kv_dtype
 // reads it).
 void add_kv_cache_dtype_option(CLI::App* cmd, std::string& value);
+// Registers --gemm-precision bf16|f32 (default bf16; resolve_gemm_precision).
+void add_gemm_precision_option(CLI::App* cmd, std::string& value);
 // Registers --mmproj FILE (a llama.cpp mmproj GGUF: the vision tower images
 // use, Model::mmproj) on a command that loads a model.
 void add_mmproj_option(CLI::App* cmd, std::string& value);
@@ -40,15 +42,16 @@ LoadOptions quantize_options(const std::string& value);
 
 // One sequence of up to `capacity` positions on `device`: its KV pool (block
 // ids only on a GPU, rows of resolve_kv_dtype(kv_cache_dtype)) and the
-// StepRunner over it (steps of Decoder::kDefaultStepTokens), for
-// run_sequence.
+// StepRunner over it (steps of Decoder::kDefaultStepTokens; GEMM inputs as
+// resolve_gemm_precision(gemm_precision)), for run_sequence.
 struct SequenceRunner {
   std::unique_ptr<KvPool> kv_pool;
   std::unique_ptr<StepRunner> runner;  // declared last: destroyed before its pool
 };
 SequenceRunner make_sequence_runner(const DeviceChoice& device, const Model& model,
                                     ThreadPool& pool, int64_t capacity,
-                                    const std::string& kv_cache_dtype = "auto");
+                                    const std::string& kv_cache_dtype = "auto",
+                                    const std::string& gemm_precision = "bf16");
 
 // Bytes of the weights the model reads (mapped and converted), and a short
 // description of their storage ("BF16", "affine 4-bit, group 64", "mixed").

@@ -100,13 +100,21 @@ DType resolve_kv_dtype(const std::string& flag, const DeviceChoice& device) {
   fail("--kv-cache-dtype: '%s' is not a KV row type; use auto, f32 or bf16", flag.c_str());
 }
 
+bool resolve_gemm_precision(const std::string& flag) {
+  if (flag == "bf16") return true;
+  if (flag == "f32") return false;
+  fail("--gemm-precision: '%s' is not a GEMM precision; use bf16 or f32", flag.c_str());
+}
+
 std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const Model& model,
                                              ThreadPool& pool, KvPool& kv_pool,
-                                             int64_t max_step_tokens) {
+                                             int64_t max_step_tokens, bool bf16_gemm) {
   if (!device.cuda) return std::make_unique<Decoder>(model, pool, kv_pool, max_step_tokens);
 #if TANDEM_HAVE_CUDA
   check_usable(device.name(), device.index);
-  return std::make_unique<cuda::Decoder>(model, kv_pool, max_step_tokens, device.index);
+  return std::make_unique<cuda::Decoder>(
+      model, kv_pool, max_step_tokens, device.index,
+      bf16_gemm ? cuda::GemmInputs::Bf16 : cuda::GemmInputs::HiLo);
 #else
   no_cuda_backend(device.name());
 #endif

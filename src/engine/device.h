@@ -34,11 +34,20 @@ std::optional<DeviceChoice> parse_device(const std::string& flag);
 // range: Error saying what to do.
 DeviceChoice resolve_device(const std::string& flag);
 
+// --gemm-precision: what the GPU's tensor-core GEMMs (prefill chunks,
+// batched decode) multiply bf16 weights with. "bf16" (the default): the
+// activations rounded to bf16, as vLLM and llama.cpp do; "f32": f32-level
+// (each activation as two bf16 halves; prefill ~1.5x slower). Returns
+// whether it is bf16. Error naming the flag for any other value. The CPU
+// computes in f32 either way.
+bool resolve_gemm_precision(const std::string& flag);
+
 // The CPU Decoder, or cuda::Decoder on `device` (whose KvPool must be
-// created without host storage: see kv_host_storage).
+// created without host storage: see kv_host_storage) with bf16 GEMM inputs
+// or f32-level ones (resolve_gemm_precision).
 std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const Model& model,
                                              ThreadPool& pool, KvPool& kv_pool,
-                                             int64_t max_step_tokens);
+                                             int64_t max_step_tokens, bool bf16_gemm = true);
 // Runs `tower`'s image encodes on `device` when it is a CUDA device
 // (backend/cuda/vision_ops.h) and TANDEM_CUDA_VISION is not 0: warmed up
 // once there, so its weights are in device memory before a KV cache is

@@ -228,8 +228,10 @@ struct Engine::Impl {
     // the budget by one image.
     const int64_t image_run =
         vision && vision->bidirectional() ? vision->max_tokens_per_image() : 0;
-    decoder =
-        make_step_runner(config.device, m, pool, *kv_pool, config.step_token_budget + image_run);
+    const bool bf16_gemm = resolve_gemm_precision(config.gemm_precision);
+    decoder = make_step_runner(config.device, m, pool, *kv_pool,
+                               config.step_token_budget + image_run, bf16_gemm);
+    snapshot.gemm_precision = config.device.cuda && bf16_gemm ? "bf16" : "f32";
     snapshot.device = config.device.name();
     config.vision_budget = std::max<int64_t>(1, config.vision_budget);
     snapshot.kv_cache_dtype = kv_dtype == DType::BF16 ? "bf16" : "f32";

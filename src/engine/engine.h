@@ -136,6 +136,9 @@ struct EngineConfig {
   // The KV rows' type, as --kv-cache-dtype (resolve_kv_dtype): "auto" is
   // bf16 on CUDA, f32 on the CPU.
   std::string kv_cache_dtype = "auto";
+  // --gemm-precision (resolve_gemm_precision): bf16 or f32 activations into
+  // the GPU's tensor-core GEMMs.
+  std::string gemm_precision = "bf16";
   int64_t step_token_budget = 256;  // tokens per step (decode tokens + prefill chunks)
   double default_timeout_s = 600;   // per-request deadline unless the request sets one
   double step_timeout_s = 60;       // watchdog: a step longer than this fails its requests
@@ -172,6 +175,9 @@ struct EngineStatus {
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
   std::string kv_cache_dtype = "f32";  // the KV rows' type: "f32" or "bf16"
+  // Activations into the GPU's tensor-core GEMMs: "bf16" or "f32" (the CPU
+  // computes in f32).
+  std::string gemm_precision = "f32";
   // The lanes: requests accepted on each, and the vision encoder's work.
   uint64_t text_lane_requests = 0;
   uint64_t vision_lane_requests = 0;

@@ -23,12 +23,21 @@ bool covers(const ModelSpec& s, const SequenceKv& kv, int64_t end) {
   return true;
 }
 
-void linear(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, const Vec& bias,
-            float* y) {
-  cpu::matmul(pool, x, n, w, bias.empty() ? nullptr : bias.data(), y);
+}  // namespace
+
+void Decoder::linear(const float* x, int64_t n, const WeightMatrix& w, const Vec& bias, float* y) {
+  matmul(x, n, w, bias.empty() ? nullptr : bias.data(), y);
 }
 
-}  // namespace
+void Decoder::matmul(const float* x, int64_t n, const WeightMatrix& w, const float* bias,
+                     float* y) {
+  if (round_inputs_rows_ > 0 && n >= round_inputs_rows_ && w.dtype == DType::BF16) {
+    rounded_.resize(size_t(n * w.cols));
+    for (size_t i = 0; i < rounded_.size(); ++i) rounded_[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    x = rounded_.data();
+  }
+  cpu::matmul(pool_, x, n, w, bias, y);
+}
 
 Decoder::Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool, int64_t max_step_tokens)
     : model_(model), pool_(pool), kv_pool_(kv_pool), max_step_tokens_(max_step_tokens) {
@@ -138,7 +147,7 @@ void Decoder::step(std::span<const SeqStep> batch) {
     if (logit_rows_.size() < size_t(logit_rows * V)) logit_rows_.resize(size_t(logit_rows * V));
     dst = logit_rows_.data();
   }
-  cpu::matmul(pool_, x_.data(), logit_rows, w.head, nullptr, dst);
+  matmul(x_.data(), logit_rows, w.head, nullptr, dst);
   if (s.final_softcap > 0.0f) cpu::softcap(dst, logit_rows * V, s.final_softcap);
   if (direct) return;
   r = 0;
@@ -156,7 +165,7 @@ void Decoder::per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens) {
   const ModelSpec& s = model_.spec;
   const Weights& w = model_.weights;
   const int64_t P = s.ple_dim, LP = s.layers * P;
-  cpu::matmul(pool_, h_.data(), tokens, w.ple_model_proj, nullptr, ple_.data());
+  matmul(h_.data(), tokens, w.ple_model_proj, nullptr, ple_.data());
   const float proj_scale = 1.0f / std::sqrt(float(s.hidden));
   for (int64_t i = 0; i < tokens * LP; ++i) ple_[size_t(i)] *= proj_scale;
   cpu::rmsnorm(ple_.data(), w.ple_proj_norm.data(), tokens * s.layers, P, s.norm_eps, ple_.data());
@@ -184,15 +193,15 @@ void Decoder::attention_block(int64_t layer, std::span<const SeqStep> batch, int
   const int64_t D = s.hidden, Q = ls.q_dim(s.heads), KV = ls.kv_dim(), Dh = ls.head_dim;
   const bool own_kv = ls.kv_source == layer;
   cpu::rmsnorm(h_.data(), lw.attn_in_norm.data(), tokens, D, s.norm_eps, x_.data());
-  linear(pool_, x_.data(), tokens, lw.q, lw.q_bias, q_.data());
+  linear(x_.data(), tokens, lw.q, lw.q_bias, q_.data());
   if (s.qk_norm)
     cpu::rmsnorm(q_.data(), lw.q_norm.data(), tokens * s.heads, Dh, s.norm_eps, q_.data());
   if (own_kv) {
-    linear(pool_, x_.data(), tokens, lw.k, lw.k_bias, k_.data());
+    linear(x_.data(), tokens, lw.k, lw.k_bias, k_.data());
     if (ls.k_eq_v)
       std::copy(k_.begin(), k_.begin() + tokens * KV, v_.begin());  // values = raw keys
     else
-      linear(pool_, x_.data(), tokens, lw.v, lw.v_bias, v_.data());
+      linear(x_.data(), tokens, lw.v, lw.v_bias, v_.data());
     if (s.qk_norm)
       cpu::rmsnorm(k_.data(), lw.k_norm.data(), tokens * ls.kv_heads, Dh, s.norm_eps, k_.data());
     if (s.v_norm) cpu::rmsnorm(v_.data(), nullptr, tokens * ls.kv_heads, Dh, s.norm_eps, v_.data());
@@ -242,7 +251,7 @@ void Decoder::attention_block(int64_t layer, std::span<const SeqStep> batch, int
     cpu::attention(pool_, q_.data() + t0 * Q, kv.length, q.n, p, attn_.data() + t0 * Q);
     t0 += q.n;
   }
-  linear(pool_, attn_.data(), tokens, lw.o, lw.o_bias, out_.data());
+  linear(attn_.data(), tokens, lw.o, lw.o_bias, out_.data());
   if (!lw.attn_out_norm.empty())
     cpu::rmsnorm(out_.data(), lw.attn_out_norm.data(), tokens, D, s.norm_eps, out_.data());
   cpu::add_inplace(h_.data(), out_.data(), tokens * D);
@@ -253,8 +262,8 @@ void Decoder::mlp_block(int64_t layer, int64_t tokens) {
   const LayerWeights& lw = model_.weights.layers[size_t(layer)];
   const int64_t D = s.hidden, F = s.layer[size_t(layer)].intermediate;
   cpu::rmsnorm(h_.data(), lw.mlp_in_norm.data(), tokens, D, s.norm_eps, x_.data());
-  linear(pool_, x_.data(), tokens, lw.gate, lw.gate_bias, gate_.data());
-  linear(pool_, x_.data(), tokens, lw.up, lw.up_bias, up_.data());
+  linear(x_.data(), tokens, lw.gate, lw.gate_bias, gate_.data());
+  linear(x_.data(), tokens, lw.up, lw.up_bias, up_.data());
   // Element-wise, so split over the pool (libm's tanh/exp cost a quantized
   // decode step as much as several of its matmuls on one thread).
   pool_.parallel_for(tokens * F, 2048, [&](int64_t b, int64_t e) {
@@ -263,7 +272,7 @@ void Decoder::mlp_block(int64_t layer, int64_t tokens) {
     else
       cpu::gelu_tanh_mul(gate_.data() + b, up_.data() + b, e - b);
   });
-  linear(pool_, gate_.data(), tokens, lw.down, lw.down_bias, out_.data());
+  linear(gate_.data(), tokens, lw.down, lw.down_bias, out_.data());
   if (!lw.mlp_out_norm.empty())
     cpu::rmsnorm(out_.data(), lw.mlp_out_norm.data(), tokens, D, s.norm_eps, out_.data());
   cpu::add_inplace(h_.data(), out_.data(), tokens * D);
@@ -274,7 +283,7 @@ void Decoder::per_layer_block(int64_t layer, int64_t tokens) {
   const ModelSpec& s = model_.spec;
   const LayerWeights& lw = model_.weights.layers[size_t(layer)];
   const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
-  cpu::matmul(pool_, h_.data(), tokens, lw.ple_gate, nullptr, ple_gate_.data());
+  matmul(h_.data(), tokens, lw.ple_gate, nullptr, ple_gate_.data());
   for (int64_t t = 0; t < tokens; ++t) {
     float* g = ple_gate_.data() + t * P;
     const float* in = ple_.data() + t * LP + layer * P;
@@ -283,7 +292,7 @@ void Decoder::per_layer_block(int64_t layer, int64_t tokens) {
     else
       cpu::gelu_tanh_mul(g, in, P);
   }
-  cpu::matmul(pool_, ple_gate_.data(), tokens, lw.ple_proj, nullptr, out_.data());
+  matmul(ple_gate_.data(), tokens, lw.ple_proj, nullptr, out_.data());
   cpu::rmsnorm(out_.data(), lw.ple_out_norm.data(), tokens, D, s.norm_eps, out_.data());
   cpu::add_inplace(h_.data(), out_.data(), tokens * D);
 }

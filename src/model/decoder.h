@@ -76,18 +76,28 @@ class Decoder : public StepRunner {
   // (cuda::Decoder over a KvPool of BF16 rows), which its tests compare
   // against. Off by default.
   void round_kv_rows_to_bf16(bool on) { round_kv_bf16_ = on; }
+  // Rounds the inputs of every matmul over bf16 weights with at least
+  // `min_rows` rows to bf16 values (nearest even) first: the numerics of
+  // cuda::Decoder with bf16 GEMM inputs, whose steps past its GEMV limit
+  // feed cuBLAS bf16 activations. 0 (the default): off.
+  void round_bf16_matmul_inputs(int64_t min_rows) { round_inputs_rows_ = min_rows; }
 
  private:
   void per_layer_inputs(std::span<const SeqStep> batch, int64_t tokens);
   void attention_block(int64_t layer, std::span<const SeqStep> batch, int64_t tokens);
   void mlp_block(int64_t layer, int64_t tokens);
   void per_layer_block(int64_t layer, int64_t tokens);
+  // cpu::matmul, with the input rounding of round_bf16_matmul_inputs.
+  void matmul(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y);
+  void linear(const float* x, int64_t n, const WeightMatrix& w, const Vec& bias, float* y);
 
   const Model& model_;
   ThreadPool& pool_;
   KvPool& kv_pool_;
   int64_t max_step_tokens_;
   bool round_kv_bf16_ = false;
+  int64_t round_inputs_rows_ = 0;
+  std::vector<float> rounded_;   // matmul inputs rounded to bf16
   std::vector<RopeTable> rope_;  // [L]: per layer, since head dims differ (Gemma 4)
   // Scratch for max_step_tokens tokens (T); Dh and F are the largest of any layer.
   std::vector<float> h_;           // [T, D] residual stream

@@ -301,6 +301,7 @@ struct Server::Impl {
               {"kv_blocks_used", st.kv_blocks_used},
               {"kv_blocks_total", st.kv_blocks_total},
               {"kv_cache_dtype", e ? json(st.kv_cache_dtype) : json(nullptr)},
+              {"gemm_precision", e ? json(st.gemm_precision) : json(nullptr)},
               {"text_lane_requests", st.text_lane_requests},
               {"vision_lane_requests", st.vision_lane_requests},
               {"vision_encoder_calls", st.vision_encoder_calls},

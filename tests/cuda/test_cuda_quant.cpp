@@ -229,7 +229,7 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuReferencePath) {
       }
       for (int64_t step : {int64_t(2), cuda::Decoder::affine_gemv_max_tokens(), int64_t(256)}) {
         KvPool kv = single_sequence_pool(model->spec, n, step, /*host_storage=*/false);
-        cuda::Decoder gpu(*model, kv, step, 0);
+        cuda::Decoder gpu(*model, kv, step, 0, cuda::GemmInputs::HiLo);
         EXPECT_EQ(gpu.weight_bytes(), cuda::Decoder::weight_bytes_for(*model));
         bytes_at[bits] = gpu.weight_bytes();
         SequenceKv s;

@@ -181,6 +181,7 @@ struct Decoder::Impl {
   int multiprocessors = 1;
   int64_t min_kv_heads = 1;  // over the layers: sizes the split partials
   bool graphs = graphs_enabled_by_env();
+  bool bf16_gemm_inputs = true;  // GemmInputs::Bf16, else hi/lo halves
   int64_t gemv_tokens = Decoder::gemv_max_tokens();
   int64_t affine_gemv_tokens = Decoder::affine_gemv_max_tokens();
   // Steps of at most this many tokens take every layer projection as a GEMV,
@@ -334,30 +335,31 @@ struct Decoder::Impl {
       // Prefill: tiles of rows dequantized to bf16 hi + lo parts (a bf16
       // tile alone put Gemma 4's fixtures 0.5 x std off the f32 reference),
       // each through the bf16 GEMM over hi/lo activations, plus lo · x_hi.
+      // With bf16 GEMM inputs: one bf16 tile against bf16 activations.
       uint16_t* hi = xb.as<uint16_t>();
-      uint16_t* lo = hi + n * w.cols;
+      uint16_t* lo = bf16_gemm_inputs ? nullptr : hi + n * w.cols;
       split_bf16(xin, n * w.cols, hi, lo, stream);
       const int64_t half = int64_t(dequant.bytes() / 4);  // elements per part
       const int64_t chunk = std::max<int64_t>(1, half / w.cols);
       for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
         const int64_t m = std::min(chunk, w.rows - r0);
         uint16_t* w_hi = dequant.as<uint16_t>();
-        uint16_t* w_lo = w_hi + half;
+        uint16_t* w_lo = lo ? w_hi + half : nullptr;
         dequantize_affine_bf16(w.view(), r0, m, w_hi, w_lo, stream);
         gemm_bf16(w_hi, r0, m, w.rows, w.cols, hi, lo, n, y);
-        gemm_bf16_add(w_lo, r0, m, w.rows, w.cols, hi, n, y);
+        if (lo) gemm_bf16_add(w_lo, r0, m, w.rows, w.cols, hi, n, y);
       }
-      if (halves_fit(n, w.rows)) add_halves(halves.as<float>(), n * w.rows, y, stream);
+      if (lo && halves_fit(n, w.rows)) add_halves(halves.as<float>(), n * w.rows, y, stream);
     } else {
       const float one = 1.f, zero = 0.f;
       // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W
       // read as the transpose of its column-major [cols, rows] view.
       if (w.dtype == DType::BF16) {
         uint16_t* hi = xb.as<uint16_t>();
-        uint16_t* lo = hi + n * w.cols;
+        uint16_t* lo = bf16_gemm_inputs ? nullptr : hi + n * w.cols;
         split_bf16(xin, n * w.cols, hi, lo, stream);
         gemm_bf16(w.buf.get(), 0, w.rows, w.rows, w.cols, hi, lo, n, y);
-        if (halves_fit(n, w.rows)) add_halves(halves.as<float>(), n * w.rows, y, stream);
+        if (lo && halves_fit(n, w.rows)) add_halves(halves.as<float>(), n * w.rows, y, stream);
       } else {
         CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(w.rows), int(n), int(w.cols),
                                  &one, w.buf.as<float>(), int(w.cols), xin, int(w.cols), &zero, y,
@@ -373,6 +375,7 @@ struct Decoder::Impl {
   // back: one [2n, cols] operand, so one GEMM reads the weights once). The
   // two halves of the output land in `halves` for add_halves — or, when it
   // cannot hold them (a head over many rows), two GEMMs accumulate into y.
+  // With lo null (bf16 GEMM inputs), one GEMM over hi writes y.
   // Whether the hi and lo products of n rows by `rows` outputs fit in
   // `halves` (else the GEMMs accumulate into y directly).
   bool halves_fit(int64_t n, int64_t rows) const {
@@ -384,6 +387,13 @@ struct Decoder::Impl {
     const float one = 1.f, zero = 0.f;
     // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W read
     // as the transpose of its column-major [cols, m] view.
+    if (!lo) {
+      CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
+                                wrows, CUDA_R_16BF, int(cols), hi, CUDA_R_16BF, int(cols), &zero,
+                                y + r0, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+      return;
+    }
     if (halves_fit(n, rows)) {
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(2 * n), int(cols), &one,
                                 wrows, CUDA_R_16BF, int(cols), hi, CUDA_R_16BF, int(cols), &zero,
@@ -736,7 +746,8 @@ size_t Decoder::weight_bytes_for(const Model& model) {
   return total;
 }
 
-Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, int device) {
+Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, int device,
+                 GemmInputs gemm_inputs) {
   const ModelSpec& s = model.spec;
   const Weights& w = model.weights;
   if (kv_pool.has_host_storage())
@@ -750,6 +761,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   CUDA_CHECK(cudaSetDevice(device));
   impl_ = std::make_unique<Impl>(model, kv_pool, max_step_tokens, device);
   Impl& m = *impl_;
+  m.bf16_gemm_inputs = gemm_inputs == GemmInputs::Bf16;
   const DeviceInfo info = device_info(device);
   m.name = "cuda:" + std::to_string(device);
   m.multiprocessors = std::max(1, info.multiprocessors);

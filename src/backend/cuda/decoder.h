@@ -12,8 +12,9 @@
 // host storage), one extra scratch block per kind for padding. Activations
 // are f32; decode-sized steps run the GEMV kernels (f32 accumulation over
 // the stored weights, as the CPU's reference path), larger ones cuBLAS over
-// activations split into bf16 hi/lo halves (affine matrices dequantized to
-// bf16 tiles first). Steps where every sequence decodes one text token are
+// activations rounded to bf16 (GemmInputs::Bf16, the default) or split into
+// bf16 hi/lo halves (GemmInputs::HiLo; affine matrices dequantized to bf16
+// tiles first). Steps where every sequence decodes one text token are
 // replayed from CUDA graphs, one per batch-size bucket; other steps run
 // eagerly. Logits of the wanted rows are copied to host memory, or sampled
 // on the device (SeqStep::sampling) so only token ids are.
@@ -30,12 +31,21 @@
 
 namespace tandem::cuda {
 
+// What the tensor-core GEMMs of steps past the GEMV limit (prefill chunks,
+// batched decode) multiply bf16 weights with: the f32 activations rounded
+// to bf16 (one product, as vLLM and llama.cpp do; measured on the H200:
+// prefill 1.4-1.6x, 32 sequences 1.1-1.2x faster), or split into bf16 hi +
+// lo halves (two products in one GEMM: f32-level accuracy, as the CPU
+// reference). f32 weights always take SGEMM. --gemm-precision bf16|f32.
+enum class GemmInputs { Bf16, HiLo };
+
 class Decoder : public StepRunner {
  public:
   // Uploads `model` to CUDA device `device` and allocates KV storage for
   // every block of `kv_pool`. Throws Error naming a CUDA failure or a
   // feature the GPU path lacks.
-  Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, int device);
+  Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, int device,
+          GemmInputs gemm_inputs = GemmInputs::Bf16);
   ~Decoder() override;
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;

@@ -246,7 +246,7 @@ __global__ void split_bf16_kernel(const float* __restrict__ src, int64_t n,
        i += int64_t(gridDim.x) * kThreads) {
     const uint16_t h = bf16_bits(src[i]);
     hi[i] = h;
-    lo[i] = bf16_bits(src[i] - __uint_as_float(uint32_t(h) << 16));
+    if (lo) lo[i] = bf16_bits(src[i] - __uint_as_float(uint32_t(h) << 16));
   }
 }
 

@@ -168,7 +168,7 @@ __device__ __forceinline__ bool gather_split(float (&acc)[ROWS][N], float (&ss)[
 
 // The column split for `units` warp units over rows of `chunks` loads: the
 // smallest power of two (at most 8) that gives the device's SMs
-// TANDEM_CUDA_GEMV_WARPS warps each (default 32; 0: never split), keeping
+// TANDEM_CUDA_GEMV_WARPS warps each (default 24; 0: never split), keeping
 // at least `min_chunks` loads a warp. Host side.
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks);
 

@@ -58,7 +58,7 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
 // How many warps gemv_bf16 splits each warp unit's columns over for this
 // shape (1, 2, 4 or 8): more when the rows alone would leave the device's
 // SMs short of warps, and so of loads in flight (TANDEM_CUDA_GEMV_WARPS:
-// warps an SM should get, default 32; 0 never splits). gemv_affine does the
+// warps an SM should get, default 24; 0 never splits). gemv_affine does the
 // same over its packed words. Batches of 1 and 2 only.
 int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated);
 
@@ -107,7 +107,8 @@ void silu_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t r
 void add_halves(const float* src, int64_t half, float* dst, cudaStream_t stream);
 // Splits f32 values into two bf16 parts for tensor-core GEMMs that keep f32
 // accuracy: hi[i] = bf16(src[i]), lo[i] = bf16(src[i] - hi[i]) (round to
-// nearest even), so hi + lo carries 16 significant bits.
+// nearest even), so hi + lo carries 16 significant bits. With lo null,
+// only hi: the values rounded to bf16.
 void split_bf16(const float* src, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
 
 // out[t] = table[ids[t]] · scale (rows of `dim` bf16 widened to f32).
