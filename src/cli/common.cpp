@@ -59,9 +59,9 @@ void add_kv_cache_dtype_option(CLI::App* cmd, std::string& value) {
 
 void add_gemm_precision_option(CLI::App* cmd, std::string& value) {
   cmd->add_option("--gemm-precision", value,
-                  "What the GPU's tensor-core GEMMs (prefill, batched decode) multiply bf16 "
-                  "weights with: bf16 activations (as vLLM and llama.cpp; ~1.5x faster "
-                  "prefill) or f32-level ones (two bf16 halves each). CUDA only")
+                  "Inputs of the GPU's tensor-core products (prefill GEMMs and attention, "
+                  "batched decode GEMMs): bf16 (as vLLM and llama.cpp; ~1.6x faster prefill) "
+                  "or f32-level (two bf16 halves each). CUDA only")
       ->capture_default_str();
 }
 

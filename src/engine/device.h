@@ -34,12 +34,12 @@ std::optional<DeviceChoice> parse_device(const std::string& flag);
 // range: Error saying what to do.
 DeviceChoice resolve_device(const std::string& flag);
 
-// --gemm-precision: what the GPU's tensor-core GEMMs (prefill chunks,
-// batched decode) multiply bf16 weights with. "bf16" (the default): the
-// activations rounded to bf16, as vLLM and llama.cpp do; "f32": f32-level
-// (each activation as two bf16 halves; prefill ~1.5x slower). Returns
-// whether it is bf16. Error naming the flag for any other value. The CPU
-// computes in f32 either way.
+// --gemm-precision: what the GPU's tensor-core products (the GEMMs of
+// prefill chunks and batched decode, the prefill attention) take as their
+// f32 inputs. "bf16" (the default): rounded to bf16, as vLLM and llama.cpp
+// do; "f32": f32-level (each as two bf16 halves; prefill ~1.6x slower).
+// Returns whether it is bf16. Error naming the flag for any other value.
+// The CPU computes in f32 either way.
 bool resolve_gemm_precision(const std::string& flag);
 
 // The CPU Decoder, or cuda::Decoder on `device` (whose KvPool must be

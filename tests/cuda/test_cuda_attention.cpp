@@ -176,25 +176,34 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
       if (!cuda::attention_prefill_supported(c.head_dim, 0)) continue;
       const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(seq.data(), c.n);
       auto dtiles = upload(tiles);
-      cuda::DeviceBuffer dout(want.size() * sizeof(float));
-      cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), int64_t(tiles.size() / 2),
-                              base, dout.as<float>(), nullptr);
-      const auto got = download<float>(dout, want.size());
-      size_t bad = 0;
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
-        worst = std::max(worst, std::isnan(err) ? 1e30 : err);
-        if (!(std::fabs(got[i] - want[i]) <= 5e-5 + 5e-5 * std::fabs(want[i])) && bad++ < 3)
-          ADD_FAILURE() << "prefill kernel H" << c.heads << " K" << c.kv_heads << " Dh"
-                        << c.head_dim << " ctx " << c.ctx << " n " << c.n << rows << " [" << i
-                        << "] gpu " << got[i] << " cpu " << want[i];
+      // q·scale and the weights as hi/lo parts (f32-level), or rounded to
+      // bf16 (bf16_inputs: about 2e-3 relative error per input, so 1e-2).
+      for (bool bf16_inputs : {false, true}) {
+        cuda::PagedAttention gp = base;
+        gp.bf16_inputs = bf16_inputs;
+        const double tol = bf16_inputs ? 1e-2 : 5e-5;
+        const char* how = bf16_inputs ? " (bf16 inputs)" : "";
+        cuda::DeviceBuffer dout(want.size() * sizeof(float));
+        cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), int64_t(tiles.size() / 2),
+                                gp, dout.as<float>(), nullptr);
+        const auto got = download<float>(dout, want.size());
+        size_t bad = 0;
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
+          worst = std::max(worst, std::isnan(err) ? 1e30 : err);
+          if (!(std::fabs(got[i] - want[i]) <= tol + tol * std::fabs(want[i])) && bad++ < 3)
+            ADD_FAILURE() << "prefill kernel" << how << " H" << c.heads << " K" << c.kv_heads
+                          << " Dh" << c.head_dim << " ctx " << c.ctx << " n " << c.n << rows << " ["
+                          << i << "] gpu " << got[i] << " cpu " << want[i];
+        }
+        std::printf(
+            "[prefill attention%s] H%lld K%lld Dh%lld n %lld%s: max |gpu - cpu| / (1 + |cpu|) = "
+            "%.2e\n",
+            how, (long long)c.heads, (long long)c.kv_heads, (long long)c.head_dim, (long long)c.n,
+            rows, worst);
+        EXPECT_EQ(bad, 0u) << "prefill kernel" << how << ", head_dim " << c.head_dim << rows;
       }
-      std::printf(
-          "[prefill attention] H%lld K%lld Dh%lld n %lld%s: max |gpu - cpu| / (1 + |cpu|) = %.2e\n",
-          (long long)c.heads, (long long)c.kv_heads, (long long)c.head_dim, (long long)c.n, rows,
-          worst);
-      EXPECT_EQ(bad, 0u) << "prefill kernel, head_dim " << c.head_dim << rows;
     }
   }
 }

@@ -14,7 +14,10 @@
 // accumulation, the B fragments read with ldmatrix (V's transposed), three
 // products per product (hi·hi + hi·lo + lo·hi; two over bf16 rows, whose lo
 // part is zero), so the result keeps close to f32 accuracy over the stored
-// rows: the CPU backend and the decode kernel are the reference. The
+// rows: the CPU backend and the decode kernel are the reference. With
+// PagedAttention::bf16_inputs, q·scale and the softmax weights are rounded
+// to bf16 instead (one product over bf16 rows, as other engines' flash
+// attention over bf16 tensors). The
 // softmax is online, in registers (the score accumulators become the P·V A
 // operand without a trip through shared memory).
 #include <cfloat>
@@ -132,8 +135,9 @@ __device__ __forceinline__ void fill_split(const TileRows& r, const PagedAttenti
 
 // grid: (tiles, heads, head_dim / DV rounded up). tiles[2i], tiles[2i + 1]:
 // the first and one-past-last step token of tile i. BF16: the rows are bf16
-// (p.kv_bf16).
-template <int DV, bool BF16>
+// (p.kv_bf16). A_EXACT: q·scale and the weights as bf16 alone
+// (p.bf16_inputs).
+template <int DV, bool BF16, bool A_EXACT>
 __global__ void __launch_bounds__(kWarps * 32)
     prefill_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
                              const int32_t* __restrict__ tiles, float* __restrict__ out) {
@@ -175,7 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint32_t hi, lo;
     split2(v.x * p.scale, v.y * p.scale, hi, lo);
     *reinterpret_cast<uint32_t*>(sm.q_hi + r * kp + c) = hi;
-    *reinterpret_cast<uint32_t*>(sm.q_lo + r * kp + c) = lo;
+    if constexpr (!A_EXACT) *reinterpret_cast<uint32_t*>(sm.q_lo + r * kp + c) = lo;
   }
   __syncthreads();
   // Tiles start at multiples of 32; keys below range_lo are never read (a
@@ -227,7 +231,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       float s[4][4];
 #pragma unroll
       for (int n = 0; n < 4; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-      warp_scores<BF16>(s, sm.q_hi + warp * 16 * kp, sm.q_lo + warp * 16 * kp, kp, kh, kl, kp, Dh);
+      warp_scores<BF16, 4, true, A_EXACT>(s, sm.q_hi + warp * 16 * kp, sm.q_lo + warp * 16 * kp, kp,
+                                          kh, kl, kp, Dh);
       // Soft-cap and mask rows r0 (s[n][0..1]) and r1 (s[n][2..3]), then the
       // online softmax and O += P · V.
 #pragma unroll
@@ -241,7 +246,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           s[n][e] = ok ? v : -INFINITY;
         }
       online_softmax(s, o, m0, m1, l0, l1);
-      warp_weighted_values<BF16>(o, s, vh, vl, vp);
+      warp_weighted_values<BF16, 4, DV / 8, A_EXACT>(o, s, vh, vl, vp);
     }
     if constexpr (BF16) {
       __syncthreads();  // every warp is done with stage st before it is refilled
@@ -276,12 +281,23 @@ int dv_for(int64_t head_dim) {
   return head_dim == 256 ? 256 : head_dim % 128 == 0 ? 128 : 64;
 }
 
+template <int DV, bool BF16, bool A_EXACT>
+void launch_prefill_kernel(dim3 grid, size_t smem, const float* q, const StepLayout& at,
+                           const PagedAttention& p, const int32_t* tiles, float* out,
+                           cudaStream_t stream) {
+  const auto kernel = prefill_attention_kernel<DV, BF16, A_EXACT>;
+  allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
+  launch(kernel, grid, kWarps * 32, smem, stream, q, at, p, tiles, out);
+}
+
 template <int DV, bool BF16>
 void launch_prefill_typed(dim3 grid, size_t smem, const float* q, const StepLayout& at,
                           const PagedAttention& p, const int32_t* tiles, float* out,
                           cudaStream_t stream) {
-  allow_opt_in_shared_memory(reinterpret_cast<const void*>(prefill_attention_kernel<DV, BF16>));
-  launch(prefill_attention_kernel<DV, BF16>, grid, kWarps * 32, smem, stream, q, at, p, tiles, out);
+  if (p.bf16_inputs)
+    launch_prefill_kernel<DV, BF16, true>(grid, smem, q, at, p, tiles, out, stream);
+  else
+    launch_prefill_kernel<DV, BF16, false>(grid, smem, q, at, p, tiles, out, stream);
 }
 
 template <int DV>

@@ -584,6 +584,7 @@ struct Decoder::Impl {
     p.kv_bf16 = kv_bf16;
     p.block_size = KvPool::kBlockSize;
     p.partial = partial.as<float>();
+    p.bf16_inputs = bf16_gemm_inputs;  // the prefill kernel's q and weights, as the GEMMs'
     p.multiprocessors = multiprocessors;
     // Key-range splits for the decode kernel this layer takes: on CUDA
     // cores, enough 128-thread blocks for 2 per SM; on tensor cores,

@@ -32,11 +32,12 @@
 namespace tandem::cuda {
 
 // What the tensor-core GEMMs of steps past the GEMV limit (prefill chunks,
-// batched decode) multiply bf16 weights with: the f32 activations rounded
-// to bf16 (one product, as vLLM and llama.cpp do; measured on the H200:
-// prefill 1.4-1.6x, 32 sequences 1.1-1.2x faster), or split into bf16 hi +
-// lo halves (two products in one GEMM: f32-level accuracy, as the CPU
-// reference). f32 weights always take SGEMM. --gemm-precision bf16|f32.
+// batched decode) multiply bf16 weights with, and the prefill attention
+// kernel its K/V tiles: the f32 activations (q·scale, the softmax weights)
+// rounded to bf16 (one product, as vLLM and llama.cpp do; measured on the
+// H200: prefill 1.5-1.7x, 32 sequences 1.1-1.2x faster), or split into
+// bf16 hi + lo halves (two or three products: f32-level accuracy, as the
+// CPU reference). f32 weights always take SGEMM. --gemm-precision bf16|f32.
 enum class GemmInputs { Bf16, HiLo };
 
 class Decoder : public StepRunner {

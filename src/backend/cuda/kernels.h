@@ -151,6 +151,10 @@ struct PagedAttention {
   int block_shift = 0;     // log2(block_size), set by attention_paged
   int splits = 1;
   float* partial = nullptr;
+  // attention_prefill only: q·scale and the softmax weights rounded to bf16
+  // (one tensor-core product per product instead of two or three: the
+  // decoder's --gemm-precision bf16); else their bf16 hi/lo parts.
+  bool bf16_inputs = false;
   // The device's SM count, when known: a grid of (token, kv head, split)
   // blocks that fills it keeps each kv head's query heads in one block.
   int multiprocessors = 0;

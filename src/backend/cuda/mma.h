@@ -47,14 +47,14 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
 
 // d += a · b as parts: hi·hi + hi·lo + lo·hi (lo·lo is below f32
 // rounding); B_EXACT: b is a bf16 value (its lo part is zero), so hi·hi +
-// lo·hi.
-template <bool B_EXACT>
+// lo·hi; A_EXACT: a is taken as its bf16 hi part alone (no lo·hi).
+template <bool B_EXACT, bool A_EXACT = false>
 __device__ __forceinline__ void mma_parts(float (&d)[4], const uint32_t (&ahi)[4],
                                           const uint32_t (&alo)[4], uint32_t bh0, uint32_t bh1,
                                           uint32_t bl0, uint32_t bl1) {
   mma(d, ahi, bh0, bh1);
   if constexpr (!B_EXACT) mma(d, ahi, bl0, bl1);
-  mma(d, alo, bh0, bh1);
+  if constexpr (!A_EXACT) mma(d, alo, bh0, bh1);
 }
 
 // Four 8x8 b16 matrices from shared memory, lane l giving the address of
@@ -110,7 +110,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // warp's first row; k as rows of keys (k_lo unused when B_EXACT: the keys
 // are bf16 values).
 // UPPER false: rows 8-15 are not stored (their scores come out 0).
-template <bool B_EXACT, int NT, bool UPPER = true>
+// A_EXACT: q is its hi part alone (q_lo unused): one product fewer.
+template <bool B_EXACT, int NT, bool UPPER = true, bool A_EXACT = false>
 __device__ __forceinline__ void warp_scores(float (&s)[NT][4], const uint16_t* q_hi,
                                             const uint16_t* q_lo, int q_pitch, const uint16_t* k_hi,
                                             const uint16_t* k_lo, int k_pitch, int dims) {
@@ -123,13 +124,17 @@ __device__ __forceinline__ void warp_scores(float (&s)[NT][4], const uint16_t* q
     uint32_t ah[4] = {0u, 0u, 0u, 0u}, al[4] = {0u, 0u, 0u, 0u};
     ah[0] = *reinterpret_cast<const uint32_t*>(qh + k);
     ah[2] = *reinterpret_cast<const uint32_t*>(qh + k + 8);
-    al[0] = *reinterpret_cast<const uint32_t*>(ql + k);
-    al[2] = *reinterpret_cast<const uint32_t*>(ql + k + 8);
+    if constexpr (!A_EXACT) {
+      al[0] = *reinterpret_cast<const uint32_t*>(ql + k);
+      al[2] = *reinterpret_cast<const uint32_t*>(ql + k + 8);
+    }
     if constexpr (UPPER) {
       ah[1] = *reinterpret_cast<const uint32_t*>(qh + 8 * q_pitch + k);
       ah[3] = *reinterpret_cast<const uint32_t*>(qh + 8 * q_pitch + k + 8);
-      al[1] = *reinterpret_cast<const uint32_t*>(ql + 8 * q_pitch + k);
-      al[3] = *reinterpret_cast<const uint32_t*>(ql + 8 * q_pitch + k + 8);
+      if constexpr (!A_EXACT) {
+        al[1] = *reinterpret_cast<const uint32_t*>(ql + 8 * q_pitch + k);
+        al[3] = *reinterpret_cast<const uint32_t*>(ql + 8 * q_pitch + k + 8);
+      }
     }
     // Two n-tiles' B fragments per ldmatrix_x4: keys + 8 · (mat / 2), dims
     // + 8 · (mat % 2).
@@ -139,8 +144,8 @@ __device__ __forceinline__ void warp_scores(float (&s)[NT][4], const uint16_t* q
       uint32_t bh[4], bl[4] = {0u, 0u, 0u, 0u};
       ldmatrix_x4(bh, k_hi + at);
       if constexpr (!B_EXACT) ldmatrix_x4(bl, k_lo + at);
-      mma_parts<B_EXACT>(s[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-      mma_parts<B_EXACT>(s[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+      mma_parts<B_EXACT, A_EXACT>(s[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+      mma_parts<B_EXACT, A_EXACT>(s[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
     }
   }
 }
@@ -193,7 +198,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[NO]
 // (v_lo unused when B_EXACT), its B fragments transposed by
 // ldmatrix_x4_trans, two dim n-tiles each (keys + 8 · (mat % 2), dims + 8 ·
 // (mat / 2)).
-template <bool B_EXACT, int NT, int NO>
+// A_EXACT: the weights rounded to bf16 (their hi part alone).
+template <bool B_EXACT, int NT, int NO, bool A_EXACT = false>
 __device__ __forceinline__ void warp_weighted_values(float (&o)[NO][4], const float (&s)[NT][4],
                                                      const uint16_t* v_hi, const uint16_t* v_lo,
                                                      int v_pitch) {
@@ -211,8 +217,8 @@ __device__ __forceinline__ void warp_weighted_values(float (&o)[NO][4], const fl
       uint32_t bh[4], bl[4] = {0u, 0u, 0u, 0u};
       ldmatrix_x4_trans(bh, v_hi + at);
       if constexpr (!B_EXACT) ldmatrix_x4_trans(bl, v_lo + at);
-      mma_parts<B_EXACT>(o[2 * nd], ph, pl, bh[0], bh[1], bl[0], bl[1]);
-      mma_parts<B_EXACT>(o[2 * nd + 1], ph, pl, bh[2], bh[3], bl[2], bl[3]);
+      mma_parts<B_EXACT, A_EXACT>(o[2 * nd], ph, pl, bh[0], bh[1], bl[0], bl[1]);
+      mma_parts<B_EXACT, A_EXACT>(o[2 * nd + 1], ph, pl, bh[2], bh[3], bl[2], bl[3]);
     }
   }
 }
