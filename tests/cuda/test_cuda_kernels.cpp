@@ -140,8 +140,11 @@ TEST_F(CudaKernels, GemvPreAddMatchesTheUnfusedMath) {
     int64_t rows, cols;
   };
   // 1536 x 1152 and 40 x 2056: batch 1's deeper loads (gated and plain), a partial last round.
-  for (Shape s :
-       {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{1536, 1152}, Shape{40, 2056}})
+  // 2560 and 5376 columns (Gemma 3 4B's and 27B's widths): the staged rows
+  // take more than 48 KiB of shared memory (2560 at batch 2, 5376 at both),
+  // so the kernel opts in to more beside its static shared memory.
+  for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{1536, 1152}, Shape{40, 2056},
+                  Shape{64, 2560}, Shape{34, 5376}})
     for (int64_t n : {1, 2})
       for (const HostFusion& f : pre_add_cases(s.rows, s.cols, n)) {
         const auto wf = random_floats(size_t(s.rows * s.cols), 31, 0.05f);

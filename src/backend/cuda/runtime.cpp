@@ -117,8 +117,15 @@ void allow_opt_in_shared_memory(const void* kernel) {
   CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mu);
   if (!done.insert({kernel, device}).second) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(launch_limits(device).smem_optin)));
+  // The opt-in maximum bounds static + dynamic: asking it all for the
+  // dynamic part is an invalid value for a kernel with any static shared
+  // memory.
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const size_t optin = launch_limits(device).smem_optin;
+  CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      int(optin > attributes.sharedSizeBytes ? optin - attributes.sharedSizeBytes : 0)));
 }
 
 static std::string version_string(int v) {

@@ -33,8 +33,9 @@ struct LaunchLimits {
 };
 LaunchLimits launch_limits(int device);
 // Lets `kernel` (a __global__ function's address) take up to the current
-// device's opt-in shared memory per block: cudaFuncSetAttribute, a
-// per-device setting, done once per kernel and device.
+// device's opt-in shared memory per block, less its static shared memory,
+// as dynamic shared memory: cudaFuncSetAttribute, a per-device setting, done
+// once per kernel and device.
 void allow_opt_in_shared_memory(const void* kernel);
 // Whether the kernels this thread launches now use programmatic dependent
 // launch (launch.h): the device is sm_90 or newer and either a PdlScope
