@@ -204,7 +204,9 @@ __global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, 
     w[r] = reinterpret_cast<const uint4*>(W + wr.row(r) * cols) + share.first;
   pdl_launch_dependents();
   uint4 v[ROWS][UNROLL];
-  if (wr.any()) load_chunks<ROWS, UNROLL>(w, lane, share.count, v);
+  // Every warp loads (a unit past the end reads its clamped last row): with
+  // SPLIT > 1 such warps stay for gather_split's barrier and consume v.
+  load_chunks<ROWS, UNROLL>(w, lane, share.count, v);
   pdl_wait();
 
   // Prologue: stage and sum (oo, xx, xu, uu per batch row).
