@@ -5,6 +5,7 @@
 //   bench_cuda_decode CONFIG.json [--dtype bf16] [--context 128] [--tokens 128]
 //                     [--batch 1] [--prefill 512] [--quantize 4|8] [--host-logits]
 //                     [--kv-dtype bf16|f32] [--gemm-precision bf16|f32] [--profile]
+//                     [--knockout]
 //
 // Writes the checkpoint to a temporary folder (tandem synth; kept, and
 // reused by later runs on the same config and dtype), prefills
@@ -30,6 +31,11 @@
 // --profile then runs one more step eagerly with a timing event after each
 // op and prints, per op kind, its device time, share of the step and
 // achieved weight bandwidth (Decoder::profile_step).
+// --knockout then times the replayed step again with one kind of op left out
+// at a time (Decoder::leave_out), then without everything but the
+// projections, then without every op: what each costs where PDL overlaps
+// kernels (the last line is the step's fixed cost: host work, the input
+// copy, embedding, sampling).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -81,10 +87,15 @@ int main(int argc, char** argv) {
   }
   std::string config = argv[1], dtype = "bf16", kv_dtype = "bf16", gemm = "bf16";
   int64_t context = 128, tokens = 128, batch = 1, prefill = 512, quantize = 0;
-  bool host_logits = false, profile = false;
+  bool host_logits = false, profile = false, knockout = false;
+  // --knockout: the ops left out one at a time (profile names, by substring).
+  const std::vector<std::string> knockout_ops = {"qkv proj",        "qkv post",     "attention",
+                                                 "o proj",          "gate/up proj", "down proj",
+                                                 "residual + norm", "ple",          "head"};
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--host-logits")) host_logits = true;
     if (!std::strcmp(argv[i], "--profile")) profile = true;
+    if (!std::strcmp(argv[i], "--knockout")) knockout = true;
   }
   for (int i = 2; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
@@ -189,6 +200,37 @@ int main(int argc, char** argv) {
   const double secs = seconds_since(t0);
   if (profile) decode_step(true);
   const double steps_s = double(tokens) / secs;
+  if (knockout) {
+    // Each op's marginal cost in the replayed step: the step's time without
+    // it (Decoder::leave_out), against the step's time with everything.
+    // Every step decodes at the same position (its KV row rewritten), so
+    // the context, and the pool's use, stay as they are.
+    std::vector<int64_t> lengths;
+    for (const SequenceKv& q : kv) lengths.push_back(q.length);
+    auto same_position_step = [&] {
+      decode_step(false);
+      for (size_t b = 0; b < kv.size(); ++b) kv[b].length = lengths[b];
+    };
+    auto step_ms = [&] {
+      for (int i = 0; i < 3; ++i) same_position_step();  // captures the graph
+      const auto k0 = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < tokens; ++i) same_position_step();
+      return 1e3 * seconds_since(k0) / double(tokens);
+    };
+    const double all = step_ms();
+    std::fprintf(stderr, "knockout: %s batch %lld context %lld, step %.4f ms\n", config.c_str(),
+                 (long long)batch, (long long)context, all);
+    auto report = [&](const std::string& label, std::vector<std::string> ops) {
+      dec.leave_out(std::move(ops));
+      const double ms = step_ms();
+      std::fprintf(stderr, "  without %-44s %8.4f ms  (costs %7.1f us)\n", label.c_str(), ms,
+                   1e3 * (all - ms));
+    };
+    for (const std::string& op : knockout_ops) report(op, {op});
+    report("every op but the projections", {"qkv post", "attention", "residual + norm"});
+    report("every op", {""});
+    dec.leave_out({});
+  }
   // Bytes one step reads: the weights once, and each sequence's K and V rows
   // in the positions its layers attend (the window on sliding layers).
   double kv_bytes = 0;

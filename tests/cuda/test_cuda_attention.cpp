@@ -3,7 +3,8 @@
 // block tables, head dims up to 512 and not a multiple of 4, up to 8 query
 // heads per kv head), RoPE, and the KV write.
 // Attention runs with 1, 3, 7, 45 and 128 key-range splits (flash-decoding;
-// some of them empty on the short contexts), and
+// some of them empty on the short contexts), the tensor-core decode kernel
+// also with blocks of key warps, and
 // through the tensor-core prefill kernel where it takes the head dim.
 // Tolerances: attention |gpu - cpu| ≤ 2e-5 + 2e-5·|cpu| (online vs two-pass
 // softmax); the prefill kernel ≤ 5e-5 + 5e-5·|cpu| (bf16 hi/lo products
@@ -143,28 +144,36 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
         if (mma && !cuda::attention_decode_mma_supported(base)) continue;
         const double tol = mma ? 5e-5 : 2e-5;
         double worst = 0;
-        for (int splits : {1, 3, 7, 45, 128}) {
-          cuda::DeviceBuffer dout(want.size() * sizeof(float));
-          cuda::DeviceBuffer partial(std::max<size_t>(4, cuda::attention_partial_floats(
-                                                             c.n, c.heads, c.head_dim, splits)) *
-                                     sizeof(float));
-          cuda::PagedAttention gp = base;
-          gp.splits = splits;
-          gp.partial = partial.as<float>();
-          cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr, kernel);
-          const auto got = download<float>(dout, want.size());
-          size_t bad = 0;
-          for (size_t i = 0; i < got.size(); ++i) {
-            const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
-            worst = std::max(worst, std::isnan(err) ? 1e30 : err);
-            if (!(std::fabs(got[i] - want[i]) <= tol + tol * std::fabs(want[i])) && bad++ < 3)
-              ADD_FAILURE() << (mma ? "tensor-core " : "") << "H" << c.heads << " K" << c.kv_heads
-                            << " Dh" << c.head_dim << " ctx " << c.ctx << " splits " << splits
-                            << rows << " [" << i << "] gpu " << got[i] << " cpu " << want[i];
+        // The tensor-core kernel also with blocks of key warps (one block
+        // per split; the warps share its keys and merge in shared memory).
+        std::vector<int> warp_counts = {1};
+        if (mma && cuda::attention_decode_key_warps(base) > 1)
+          warp_counts.push_back(cuda::attention_decode_key_warps(base));
+        for (const int key_warps : warp_counts)
+          for (int splits : {1, 3, 7, 45, 128}) {
+            cuda::DeviceBuffer dout(want.size() * sizeof(float));
+            cuda::DeviceBuffer partial(std::max<size_t>(4, cuda::attention_partial_floats(
+                                                               c.n, c.heads, c.head_dim, splits)) *
+                                       sizeof(float));
+            cuda::PagedAttention gp = base;
+            gp.splits = splits;
+            gp.key_warps = key_warps;
+            gp.partial = partial.as<float>();
+            cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr, kernel);
+            const auto got = download<float>(dout, want.size());
+            size_t bad = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+              const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
+              worst = std::max(worst, std::isnan(err) ? 1e30 : err);
+              if (!(std::fabs(got[i] - want[i]) <= tol + tol * std::fabs(want[i])) && bad++ < 3)
+                ADD_FAILURE() << (mma ? "tensor-core " : "") << "H" << c.heads << " K" << c.kv_heads
+                              << " Dh" << c.head_dim << " ctx " << c.ctx << " splits " << splits
+                              << " key warps " << key_warps << rows << " [" << i << "] gpu "
+                              << got[i] << " cpu " << want[i];
+            }
+            EXPECT_EQ(bad, 0u) << (mma ? "tensor-core " : "") << "head_dim " << c.head_dim
+                               << " splits " << splits << " key warps " << key_warps << rows;
           }
-          EXPECT_EQ(bad, 0u) << (mma ? "tensor-core " : "") << "head_dim " << c.head_dim
-                             << " splits " << splits << rows;
-        }
         if (mma)
           std::printf(
               "[decode attention, tensor cores] H%lld K%lld Dh%lld n %lld%s: max |gpu - cpu| / "

@@ -51,6 +51,19 @@ struct DecodeShape {
   // [kKeys][kPitch], each warp's two stages of V tiles [kKeys][kOutPitch].
   static constexpr size_t kSmemBytes =
       size_t(2) * (2 * kQRows * kPitch + 2 * kKeys * kPitch + kWarps * 2 * kKeys * kOutPitch);
+  // Key warps (PagedAttention::key_warps): up to this many copies of the
+  // one-warp shape in a block, each over its share of the block's keys.
+  // Measured on the H200 at batch 1 (tok/s, one-warp blocks and a combine
+  // kernel → key warps): llama-3.2-1b (dim 64, 8 warps) 903 → 1,002 at
+  // context 128, 818 → 924 at 4,096; qwen3-1.7b (dim 128, 4) 607 → 634;
+  // ministral-3-3b (128) 362 → 362; at dim 256 (4 warps) gemma-3-1b lost
+  // 740 → 720 and 14,465 → 13,760 at 32 sequences (its one kv head leaves
+  // few blocks, each warp walking 4 tiles), so dims 256 and 512 (two-warp
+  // shape) keep one-warp blocks.
+  static constexpr int kMaxKeyWarps = DH <= 64 ? 8 : DH <= 128 ? 4 : 1;
+  // A key warp's merge inputs (o of its rows, then m and l) fit its
+  // share of shared memory, free once its loop is done.
+  static_assert(kWarps > 1 || (kQRows * DH + 2 * kQRows) * 4 <= kSmemBytes, "merge fits");
 };
 
 // Block-wide barrier over the kernel's warps (one warp: __syncwarp).
@@ -62,19 +75,87 @@ __device__ __forceinline__ void sync_warps() {
     __syncthreads();
 }
 
-// grid: (tokens · kv heads, splits); 32 threads per warp of DecodeShape.
-template <int DH>
-__global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps)
+// The end of a block of KW key warps (one-warp shape: DO = DH, 16 rows):
+// each warp leaves its rows' unnormalized o, m and l in its own shared
+// memory (`own`; its tiles are dead), then the block merges them as the
+// split combine does — into out (splits == 1) or the block's partial.
+template <int DH, int KW>
+__device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], float m0, float m1,
+                                                float l0, float l1, uint8_t* own,
+                                                const uint8_t* shared, int G, int kvh, int64_t t,
+                                                int split, const PagedAttention& p, float* out) {
+  using S = DecodeShape<DH>;
+  constexpr int QR = S::kQRows;
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, tq = lane % 4;
+  float* mine = reinterpret_cast<float*>(own);  // [QR][DH] o, then [QR] m, [QR] l
+#pragma unroll
+  for (int half = 0; half < QR / 8; ++half) {
+    const int r = g + 8 * half;
+    if (r >= G) continue;
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n)
+      *reinterpret_cast<float2*>(mine + r * DH + n * 8 + 2 * tq) =
+          make_float2(o[n][2 * half], o[n][2 * half + 1]);
+    if (tq == 0) {
+      mine[QR * DH + r] = half ? m1 : m0;
+      mine[QR * DH + QR + r] = half ? l1 : l0;
+    }
+  }
+  __syncthreads();
+  auto warp_sums = [&](int w) {
+    return reinterpret_cast<const float*>(shared + w * S::kSmemBytes);
+  };
+  for (int i = int(threadIdx.x); i < G * DH; i += 32 * KW) {
+    const int r = i / DH, d = i % DH;
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < KW; ++w) {
+      const float* f = warp_sums(w);
+      if (f[QR * DH + QR + r] > 0.f) mx = fmaxf(mx, f[QR * DH + r]);
+    }
+    float l = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < KW; ++w) {
+      const float* f = warp_sums(w);
+      const float lw = f[QR * DH + QR + r];
+      if (lw > 0.f) {
+        const float c = expf(f[QR * DH + r] - mx);
+        l += lw * c;
+        acc += f[r * DH + d] * c;
+      }
+    }
+    const int64_t h = int64_t(kvh) * G + r;
+    if (p.splits == 1) {
+      out[t * p.heads * DH + h * DH + d] = l > 0.f ? acc / l : 0.f;
+    } else {
+      float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (DH + 2);
+      if (d == 0) {
+        part[0] = mx;
+        part[1] = l;
+      }
+      part[2 + d] = acc;
+    }
+  }
+}
+
+// grid: (tokens · kv heads, splits); 32 threads per warp of DecodeShape,
+// times KW key warps (1 or kMaxKeyWarps), each with its own shared memory.
+template <int DH, int KW>
+__global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     decode_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
                             float* __restrict__ out) {
   using S = DecodeShape<DH>;
   constexpr int KT = S::kKeys, P = S::kPitch, PO = S::kOutPitch, DO = S::kOutDims;
   constexpr int W = S::kWarps, QR = S::kQRows, NT = 32 * W;
+  static_assert(KW == 1 || W == 1, "only one-warp shapes split keys over warps");
   extern __shared__ __align__(16) uint8_t shared_raw[];
-  uint16_t* q_hi = reinterpret_cast<uint16_t*>(shared_raw);
+  const int kw = int(threadIdx.x) / NT;  // this key warp
+  uint8_t* own_raw = shared_raw + kw * S::kSmemBytes;
+  uint16_t* q_hi = reinterpret_cast<uint16_t*>(own_raw);
   uint16_t* q_lo = q_hi + QR * P;
   uint16_t* k_tiles = q_lo + QR * P;  // [2][KT][P]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int tid = int(threadIdx.x) % NT, warp = tid / 32, lane = tid % 32, g = lane / 4,
+            tq = lane % 4;
   uint16_t* v_tiles = k_tiles + 2 * KT * P + warp * 2 * KT * PO;  // this warp's [2][KT][PO]
   pdl_launch_dependents();
   const int G = int(p.heads / p.kv_heads);
@@ -84,7 +165,12 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps)
 
   // The split's keys and their rows depend only on the step's inputs, so
   // the first tile's block-table lookups go out before the PDL wait.
-  const KeyRange keys = split_keys(at, p, t, split);
+  KeyRange keys = split_keys(at, p, t, split);
+  if constexpr (KW > 1) {  // this warp's share of the block's keys
+    const int64_t share = (keys.end - keys.first + KW - 1) / KW;
+    keys.first = keys.first + kw * share < keys.end ? keys.first + kw * share : keys.end;
+    keys.end = keys.first + share < keys.end ? keys.first + share : keys.end;
+  }
   const int first = int(keys.first), end = int(keys.end);
   const PagedRows rows = paged_rows(at, p, t, kvh);
   // Lane k's part of a tile at kb: key kb + k's row (KT ≤ 32).
@@ -181,43 +267,58 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps)
     l0 += __shfl_xor_sync(0xffffffffu, l0, x);
     l1 += __shfl_xor_sync(0xffffffffu, l1, x);
   }
-  // Rows g and g + 8 are heads kvh · G + g and + 8 when below G; this
-  // warp's dims start at warp · DO (every warp computed the same m and l).
+  if constexpr (KW > 1) {
+    merge_key_warps<DH, KW>(o, m0, m1, l0, l1, own_raw, shared_raw, G, kvh, t, split, p, out);
+  } else {
+    // Rows g and g + 8 are heads kvh · G + g and + 8 when below G; this
+    // warp's dims start at warp · DO (every warp computed the same m and l).
 #pragma unroll
-  for (int half = 0; half < QR / 8; ++half) {
-    const int r = g + 8 * half;
-    if (r >= G) continue;
-    const float m = half ? m1 : m0, l = half ? l1 : l0;
-    const int64_t h = int64_t(kvh) * G + r;
-    if (p.splits == 1) {
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      float* dst = out + t * q_dim + h * DH + warp * DO + 2 * tq;
+    for (int half = 0; half < QR / 8; ++half) {
+      const int r = g + 8 * half;
+      if (r >= G) continue;
+      const float m = half ? m1 : m0, l = half ? l1 : l0;
+      const int64_t h = int64_t(kvh) * G + r;
+      if (p.splits == 1) {
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        float* dst = out + t * q_dim + h * DH + warp * DO + 2 * tq;
 #pragma unroll
-      for (int n = 0; n < DO / 8; ++n)
-        *reinterpret_cast<float2*>(dst + n * 8) =
-            make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
-    } else {
-      float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (DH + 2);
-      if (tq == 0 && warp == 0) {
-        part[0] = m;
-        part[1] = l;
-      }
+        for (int n = 0; n < DO / 8; ++n)
+          *reinterpret_cast<float2*>(dst + n * 8) =
+              make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
+      } else {
+        float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (DH + 2);
+        if (tq == 0 && warp == 0) {
+          part[0] = m;
+          part[1] = l;
+        }
 #pragma unroll
-      for (int n = 0; n < DO / 8; ++n) {
-        part[2 + warp * DO + n * 8 + 2 * tq] = o[n][2 * half];
-        part[2 + warp * DO + n * 8 + 2 * tq + 1] = o[n][2 * half + 1];
+        for (int n = 0; n < DO / 8; ++n) {
+          part[2 + warp * DO + n * 8 + 2 * tq] = o[n][2 * half];
+          part[2 + warp * DO + n * 8 + 2 * tq + 1] = o[n][2 * half + 1];
+        }
       }
     }
   }
 }
 
+template <int DH, int KW>
+void launch_decode_warps(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
+                         float* out, cudaStream_t stream) {
+  using S = DecodeShape<DH>;
+  const auto kernel = decode_attention_kernel<DH, KW>;
+  if constexpr (KW * S::kSmemBytes > (size_t(48) << 10))
+    allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
+  launch(kernel, grid, 32 * S::kWarps * KW, KW * S::kSmemBytes, stream, q, at, p, out);
+}
+
 template <int DH>
 void launch_decode(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
                    float* out, cudaStream_t stream) {
-  using S = DecodeShape<DH>;
-  if constexpr (S::kSmemBytes > (size_t(48) << 10))
-    allow_opt_in_shared_memory(reinterpret_cast<const void*>(decode_attention_kernel<DH>));
-  launch(decode_attention_kernel<DH>, grid, 32 * S::kWarps, S::kSmemBytes, stream, q, at, p, out);
+  constexpr int kMax = DecodeShape<DH>::kMaxKeyWarps;
+  if (kMax > 1 && p.key_warps > 1)
+    launch_decode_warps<DH, kMax>(grid, q, at, p, out, stream);
+  else
+    launch_decode_warps<DH, 1>(grid, q, at, p, out, stream);
 }
 
 }  // namespace
@@ -242,6 +343,15 @@ bool attention_decode_mma_supported(const PagedAttention& p) {
   }
 }
 
+int attention_decode_key_warps(const PagedAttention& p) {
+  switch (p.head_dim) {
+    case 64: return DecodeShape<64>::kMaxKeyWarps;
+    case 128: return DecodeShape<128>::kMaxKeyWarps;
+    case 256: return DecodeShape<256>::kMaxKeyWarps;
+    default: return 1;
+  }
+}
+
 void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                           float* out, cudaStream_t stream) {
   if (n <= 0) return;
@@ -249,6 +359,9 @@ void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const
     fail("attention_decode_mma: heads %lld / kv_heads %lld of dim %lld over %s rows unsupported",
          (long long)p.heads, (long long)p.kv_heads, (long long)p.head_dim,
          p.kv_bf16 ? "bf16" : "f32");
+  if (p.key_warps != 1 && p.key_warps != attention_decode_key_warps(p))
+    fail("attention_decode_mma: %d key warps at head dim %lld (1 or %d)", p.key_warps,
+         (long long)p.head_dim, attention_decode_key_warps(p));
   const dim3 grid(unsigned(n * p.kv_heads), unsigned(p.splits));
   if (p.head_dim == 64)
     launch_decode<64>(grid, q, at, p, out, stream);

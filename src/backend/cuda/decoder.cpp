@@ -152,6 +152,20 @@ int decode_blocks_per_sm() {
                                                2 * kTensorCoreBlocksPerSm - 1));
   return n;
 }
+// Key warps per tensor-core decode block (PagedAttention::key_warps): the
+// kernel's most unless TANDEM_DECODE_KEY_WARPS caps it (1: one-warp
+// blocks); and the most keys a warp keeps before a step splits over
+// blocks (TANDEM_DECODE_WARP_KEYS, default 64; llama-3.2-1b at batch 1,
+// context 1024, 64 / 128 / 256: 959 / 956 / 910 tok/s, gemma-3-1b 739 /
+// 600 / 600 when its dim-256 blocks took key warps).
+int decode_key_warps() {
+  static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_KEY_WARPS", 8), 1, 8));
+  return n;
+}
+int64_t decode_warp_keys() {
+  static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_WARP_KEYS", 64));
+  return n;
+}
 int64_t decode_min_split_keys() {
   static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_MIN_SPLIT_KEYS", 64));
   return n;
@@ -291,6 +305,14 @@ struct Decoder::Impl {
     size_t bytes;  // weight bytes the op streams
   };
   bool profiling = false, capturing = false;
+  // Ops a benchmark asked to leave out (Decoder::leave_out): names, matched
+  // by substring.
+  std::vector<std::string> left_out;
+  bool leaves_out(const char* op) const {
+    for (const std::string& name : left_out)
+      if (std::strstr(op, name.c_str())) return true;
+    return false;
+  }
   cudaGraphExec_t profiled_graph = nullptr;  // a step's one-off graph with event nodes
   std::vector<Mark> marks;
   std::vector<cudaEvent_t> events;
@@ -318,6 +340,7 @@ struct Decoder::Impl {
   // fused_step); `op` names it in profiles.
   void linear(const char* op, const DevMatrix& w, const DeviceBuffer& bias, const float* xin,
               int64_t n, float* y, GemvFusion fusion = {}) {
+    if (leaves_out(op)) return;
     if (gemv_path(w, n)) {
       fusion.bias = ptr(bias);
       if (w.affine)
@@ -570,7 +593,7 @@ struct Decoder::Impl {
     post.v_cache = src.values.get();
     post.kv_bf16 = kv_bf16;
     post.block_size = KvPool::kBlockSize;
-    qkv_post(qkv.as<float>(), T, at, post, stream);
+    if (!leaves_out("qkv post")) qkv_post(qkv.as<float>(), T, at, post, stream);
     mark("qkv post (norm, rope, kv write)");
     PagedAttention p;
     p.heads = s.heads;
@@ -600,15 +623,32 @@ struct Decoder::Impl {
       return int(std::min<int64_t>(
           cap, attention_splits(tokens, ls.kv_heads, multiprocessors, decode_blocks_per_sm())));
     };
-    if (prefill_tiles > 0 && L.prefill_kernel) {
+    // On tensor cores, the key ranges are blocks of key warps that merge in
+    // shared memory (decode_key_warps): one block per (token, kv head) when
+    // each warp then keeps at most decode_warp_keys() keys, else the blocks
+    // the splits above ask for, in fewer blocks of more warps.
+    const int key_warps = mma ? std::min(attention_decode_key_warps(p), decode_key_warps()) : 1;
+    auto plan_keys = [&](int64_t tokens) {
+      const int parts = splits_for(tokens);
+      p.key_warps = key_warps;
+      if (key_warps == 1) {
+        p.splits = parts;
+        return;
+      }
+      const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
+      p.splits = keys <= key_warps * decode_warp_keys() ? 1 : (parts + key_warps - 1) / key_warps;
+    };
+    if (leaves_out("attention")) {
+      // skipped (leave_out)
+    } else if (prefill_tiles > 0 && L.prefill_kernel) {
       if (decode_prefix > 0) {
-        p.splits = splits_for(decode_prefix);
+        plan_keys(decode_prefix);
         attention_paged(qp, decode_prefix, at, p, attn.as<float>(), stream);
       }
       attention_prefill(qp, at, dev<int32_t>(off_tiles), prefill_tiles, p, attn.as<float>(),
                         stream);
     } else {
-      p.splits = splits_for(T);
+      plan_keys(T);
       attention_paged(qp, T, at, p, attn.as<float>(), stream);
     }
     mark("attention");
@@ -621,7 +661,9 @@ struct Decoder::Impl {
     float* op = out.as<float>();
     linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op);
     if (fuse == Fuse::Sandwich) return;
-    residual_norm(hcur, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps, stream);
+    if (!leaves_out("residual + norm"))
+      residual_norm(hcur, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps,
+                    stream);
     mark("residual + norm");
   }
 
@@ -663,8 +705,9 @@ struct Decoder::Impl {
     }
     linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op);
     if (defer) return;
-    residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,
-                  s.norm_eps, stream);
+    if (!leaves_out("residual + norm"))
+      residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,
+                    s.norm_eps, stream);
     mark("residual + norm");
   }
 
@@ -969,6 +1012,12 @@ size_t Decoder::streamed_bytes() const {
 size_t Decoder::kv_bytes() const {
   return impl_->kv_bytes;
 }
+void Decoder::leave_out(std::vector<std::string> ops) {
+  for (auto& [key, g] : impl_->decode_graphs) cudaGraphExecDestroy(g);
+  impl_->decode_graphs.clear();
+  impl_->left_out = std::move(ops);
+}
+
 void Decoder::set_graphs(bool on) {
   impl_->graphs = on;
 }

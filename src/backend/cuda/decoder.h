@@ -74,6 +74,13 @@ class Decoder : public StepRunner {
   };
   std::vector<OpTime> profile_step(std::span<const SeqStep> batch);
 
+  // Benchmarks only: later steps skip the ops whose profile name
+  // (profile_step) contains one of `ops` ("attention", "qkv post", "down
+  // proj", ...), so the replayed step's time without them gives each op's
+  // marginal cost where kernels overlap (PDL), which the event-separated
+  // profile cannot. The skipped ops' outputs are stale: logits are garbage.
+  void leave_out(std::vector<std::string> ops);
+
   // Device bytes held for weights; of them, the bytes a decode step streams
   // (every matrix but the embedding tables, which are only gathered from —
   // unless the head is the tied embedding); and the KV cache's bytes.

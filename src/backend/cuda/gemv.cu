@@ -33,7 +33,9 @@ void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks) {
   // Measured on the H200 at batch 1 (tok/s, 16 / 24 / 32 warps): llama 888 /
   // 853 / 845, qwen3 576 / 571 / 557, gemma-3 729 / 755 / 751, ministral
-  // 336 / 354 / 355, gemma-4 360 / 365 / 365: 24 loses nowhere.
+  // 336 / 354 / 355, gemma-4 360 / 365 / 365: 24 loses nowhere. Bounding
+  // the split by occupancy (at most one wave of blocks) was measured too:
+  // llama +5%, gemma-3 -2%, ministral -3%; it is not done.
   static const int64_t warps_per_sm = env_count("TANDEM_CUDA_GEMV_WARPS", 24);
   int device = 0;
   if (warps_per_sm == 0 || cudaGetDevice(&device) != cudaSuccess) return 1;
@@ -356,14 +358,29 @@ __global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols,
 // rows per warp). Batches of up to kMaxSplitBatch rows split a unit's
 // columns over warps when it has few rows (gemv_bf16_split).
 
+// The warp shape of gemv_bf16_vec for batch runs of N: rows per warp (batch
+// 1: one row, or a gate/up pair; larger batches share each activation
+// chunk over 2 or 4 rows) and 16-byte loads in flight per row (4, else 2:
+// 8 a lane at batch 1 took registers, and so occupancy, and lost 1-10%).
+template <int N, bool GATED>
+struct VecShape {
+  static constexpr int kRows = N == 1 ? (GATED ? 2 : 1) : N < 4 ? 2 : 4;
+  static constexpr int kUnroll = kRows == 1 ? 4 : 2;
+  // Warp units (WarpRows) of a matrix of `rows`.
+  static int64_t units(int64_t rows) { return WarpRows<kRows, GATED>::units(rows); }
+  static int split(int64_t rows, int64_t cols) {
+    if (N > kMaxSplitBatch || cols % 8 != 0) return 1;
+    return column_split(units(rows), cols / 8, 16 * kUnroll);
+  }
+};
+
 template <int N, bool GATED, int SPLIT>
 void launch_vec_split(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
                       const GemvFusion& f, cudaStream_t stream) {
-  constexpr int kRows = N == 1 ? (GATED ? 2 : 1) : N < 4 ? 2 : 4;
-  constexpr int kUnroll = kRows == 1 ? 4 : 2;
+  using Shape = VecShape<N, GATED>;
+  constexpr int kRows = Shape::kRows, kUnroll = Shape::kUnroll;
   constexpr int kUnits = ColumnShare<SPLIT>::kUnitsPerBlock;
-  const int64_t units = WarpRows<kRows, GATED>::units(rows);
-  const unsigned blocks = unsigned((units + kUnits - 1) / kUnits);
+  const unsigned blocks = unsigned((Shape::units(rows) + kUnits - 1) / kUnits);
   if constexpr (N <= kGemvPreAddMaxRows) {
     if (f.pre_add) {
       const auto kernel = gemv_bf16_pre_add<N, kRows, kUnroll, GATED, SPLIT>;
@@ -381,7 +398,7 @@ void launch_vec_split(const uint16_t* W, int64_t rows, int64_t cols, const float
 template <int N, bool GATED>
 void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
                 const GemvFusion& f, cudaStream_t stream) {
-  with_split(gemv_bf16_split(rows, cols, N, GATED), [&](auto s) {
+  with_split(VecShape<N, GATED>::split(rows, cols), [&](auto s) {
     constexpr int S = decltype(s)::value;
     if constexpr (S == 1 || N <= kMaxSplitBatch)
       launch_vec_split<N, GATED, S>(W, rows, cols, x, y, f, stream);
@@ -422,12 +439,11 @@ void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_
 }
 
 int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated) {
-  if (n > kMaxSplitBatch || cols % 8 != 0) return 1;
-  const int rows_per_warp = n == 1 ? (gated ? 2 : 1) : 2;
-  const int unroll = rows_per_warp == 1 ? 4 : 2;
-  const int64_t outputs_per_warp = gated ? rows_per_warp / 2 : rows_per_warp;
-  const int64_t units = ((gated ? rows / 2 : rows) + outputs_per_warp - 1) / outputs_per_warp;
-  return column_split(units, cols / 8, 16 * unroll);
+  if (n == 1)
+    return gated ? VecShape<1, true>::split(rows, cols) : VecShape<1, false>::split(rows, cols);
+  if (n == 2)
+    return gated ? VecShape<2, true>::split(rows, cols) : VecShape<2, false>::split(rows, cols);
+  return 1;
 }
 
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,

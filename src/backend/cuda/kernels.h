@@ -151,6 +151,10 @@ struct PagedAttention {
   int block_shift = 0;     // log2(block_size), set by attention_paged
   int splits = 1;
   float* partial = nullptr;
+  // The tensor-core decode kernel only: warps of a block that split its keys
+  // further and merge in shared memory (1, or attention_decode_key_warps),
+  // so a block's split needs no combine of its own.
+  int key_warps = 1;
   // attention_prefill only: q·scale and the softmax weights rounded to bf16
   // (one tensor-core product per product instead of two or three: the
   // decoder's --gemm-precision bf16); else their bf16 hi/lo parts.
@@ -171,6 +175,9 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
 // Whether attention_paged can take the tensor-core kernel for `p` (and
 // TANDEM_CUDA_DECODE_MMA is not 0). Its launch, without the split combine:
 bool attention_decode_mma_supported(const PagedAttention& p);
+// The most warps a block of that kernel splits its keys over for p's head
+// dim (8 at dim 64, 4 at 128, else 1: attention_decode.cu says why).
+int attention_decode_key_warps(const PagedAttention& p);
 void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                           float* out, cudaStream_t stream);
 // The same contract on tensor cores (flash attention) for steps that carry
