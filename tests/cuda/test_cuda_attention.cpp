@@ -145,11 +145,15 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
         const double tol = mma ? 5e-5 : 2e-5;
         double worst = 0;
         // The tensor-core kernel also with blocks of key warps (one block
-        // per split; the warps share its keys and merge in shared memory).
-        std::vector<int> warp_counts = {1};
+        // per split; the warps share its keys and merge in shared memory),
+        // and copying its first tile in two parts (one_new_key: every row
+        // is in place before the launch here, so the results must not move).
+        std::vector<std::pair<int, bool>> variants = {{1, false}};
+        if (mma) variants.push_back({1, true});
         if (mma && cuda::attention_decode_key_warps(base) > 1)
-          warp_counts.push_back(cuda::attention_decode_key_warps(base));
-        for (const int key_warps : warp_counts)
+          for (const bool one_new_key : {false, true})
+            variants.push_back({cuda::attention_decode_key_warps(base), one_new_key});
+        for (const auto& [key_warps, one_new_key] : variants)
           for (int splits : {1, 3, 7, 45, 128}) {
             cuda::DeviceBuffer dout(want.size() * sizeof(float));
             cuda::DeviceBuffer partial(std::max<size_t>(4, cuda::attention_partial_floats(
@@ -158,6 +162,7 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
             cuda::PagedAttention gp = base;
             gp.splits = splits;
             gp.key_warps = key_warps;
+            gp.one_new_key = one_new_key;
             gp.partial = partial.as<float>();
             cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr, kernel);
             const auto got = download<float>(dout, want.size());
@@ -168,8 +173,8 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
               if (!(std::fabs(got[i] - want[i]) <= tol + tol * std::fabs(want[i])) && bad++ < 3)
                 ADD_FAILURE() << (mma ? "tensor-core " : "") << "H" << c.heads << " K" << c.kv_heads
                               << " Dh" << c.head_dim << " ctx " << c.ctx << " splits " << splits
-                              << " key warps " << key_warps << rows << " [" << i << "] gpu "
-                              << got[i] << " cpu " << want[i];
+                              << " key warps " << key_warps << (one_new_key ? " one new key" : "")
+                              << rows << " [" << i << "] gpu " << got[i] << " cpu " << want[i];
             }
             EXPECT_EQ(bad, 0u) << (mma ? "tensor-core " : "") << "head_dim " << c.head_dim
                                << " splits " << splits << " key warps " << key_warps << rows;

@@ -178,7 +178,40 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     return lane < KT && kb + lane < end ? (unsigned long long)rows.row(kb + lane) : 0ull;
   };
   const unsigned long long first_rows = tile_row(first);
+  const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
+  const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
+  // Keys [kb, kb + KT) ∩ [from, to) into stage st, zeros past the split's
+  // end (every key of a stage is copied once, by one call or two): the K
+  // tile by the whole block, each warp's V dims by the warp. The copies take
+  // each key's row by shuffle from the lane that looked it up (tile_row): a
+  // block-table load per copy was a dependent global load each (the
+  // cp.async asm clobbers memory, so none was reused).
+  auto fill = [&](int kb, int st, unsigned long long my_row, int from, int to) {
+    for (int i = tid; i < KT * (DH / 8); i += NT) {
+      const int key = i / (DH / 8), c = 8 * (i % (DH / 8));
+      const bool ok = kb + key < end;
+      const size_t r = size_t(__shfl_sync(0xffffffffu, my_row, key)) + size_t(c);
+      if (kb + key >= from && kb + key < to)
+        cp_async16(k_tiles + (st * KT + key) * P + c, kbase + (ok ? r : 0), ok);
+    }
+    for (int i = lane; i < KT * (DO / 8); i += 32) {
+      const int key = i / (DO / 8), c = 8 * (i % (DO / 8));
+      const bool ok = kb + key < end;
+      const size_t r = size_t(__shfl_sync(0xffffffffu, my_row, key)) + size_t(warp * DO + c);
+      if (kb + key >= from && kb + key < to)
+        cp_async16(v_tiles + (st * KT + key) * PO + c, vbase + (ok ? r : 0), ok);
+    }
+    cp_async_commit();
+  };
+
+  // The first tile's keys that no earlier kernel of the step writes are
+  // copied before the PDL wait: with p.one_new_key, all but the token's own
+  // position (which qkv_post writes); the rest after it, before q is staged,
+  // so the two latencies overlap.
+  const int stable_end = p.one_new_key ? min(end, int(at.key_end[t]) - 1) : first;
+  if (first < stable_end) fill(first, 0, first_rows, first, stable_end);
   pdl_wait();
+  if (first < end) fill(first, 0, first_rows, max(first, stable_end), first + KT);
 
   // q · scale of the G heads as hi/lo parts; rows past G are zeros. Eight
   // loads in flight per thread: one at a time, each paid the L2 latency in
@@ -203,39 +236,15 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     }
   }
 
-  const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
-  const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
-  // Keys [kb, kb + KT) into stage st, zeros past the split's end: the K
-  // tile by the whole block, each warp's V dims by the warp. The copies take
-  // each key's row by shuffle from the lane that looked it up (tile_row): a
-  // block-table load per copy was a dependent global load each (the
-  // cp.async asm clobbers memory, so none was reused).
-  auto fill = [&](int kb, int st, unsigned long long my_row) {
-    for (int i = tid; i < KT * (DH / 8); i += NT) {
-      const int key = i / (DH / 8), c = 8 * (i % (DH / 8));
-      const bool ok = kb + key < end;
-      const size_t r = size_t(__shfl_sync(0xffffffffu, my_row, key)) + size_t(c);
-      cp_async16(k_tiles + (st * KT + key) * P + c, kbase + (ok ? r : 0), ok);
-    }
-    for (int i = lane; i < KT * (DO / 8); i += 32) {
-      const int key = i / (DO / 8), c = 8 * (i % (DO / 8));
-      const bool ok = kb + key < end;
-      const size_t r = size_t(__shfl_sync(0xffffffffu, my_row, key)) + size_t(warp * DO + c);
-      cp_async16(v_tiles + (st * KT + key) * PO + c, vbase + (ok ? r : 0), ok);
-    }
-    cp_async_commit();
-  };
-
   float o[DO / 8][4];
 #pragma unroll
   for (int n = 0; n < DO / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 (this lane's part)
 
-  if (first < end) fill(first, 0, first_rows);
   int st = 0;
   for (int kb = first; kb < end; kb += KT, st ^= 1) {
     if (kb + KT < end) {
-      fill(kb + KT, st ^ 1, tile_row(kb + KT));
+      fill(kb + KT, st ^ 1, tile_row(kb + KT), kb + KT, kb + 2 * KT);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();

@@ -166,6 +166,14 @@ int64_t decode_warp_keys() {
   static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_WARP_KEYS", 64));
   return n;
 }
+// The most key splits of a (token, kv head) in one-warp decode blocks (head
+// dims 256 and 512): measured on the H200 at batch 1 (tok/s at 16 / 32 /
+// 64 splits), gemma-3-1b context 128 769 / 761 / 741, context 1024 731 /
+// 753 / 740; gemma-4-e2b 372 / 368 / 360 and 356 / 365 / 362. Blocks of key
+// warps keep attention_splits' 64 (llama-3.2-1b at context 4096: 872 with
+// 32, 922 with 64; qwen3-1.7b 544 / 575).
+constexpr int64_t kOneWarpMaxSplits = 32;
+
 int64_t decode_min_split_keys() {
   static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_MIN_SPLIT_KEYS", 64));
   return n;
@@ -222,6 +230,8 @@ struct Decoder::Impl {
   // two (at least 64): caps the tensor-core decode kernel's splits, and is
   // part of a decode graph's key (a graph serves the contexts of its class).
   int64_t key_class = 64;
+  // Every sequence of the step decodes one token (PagedAttention::one_new_key).
+  bool one_token_per_sequence = false;
   size_t weight_bytes = 0, streamed_bytes = 0, kv_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -609,25 +619,30 @@ struct Decoder::Impl {
     p.partial = partial.as<float>();
     p.bf16_inputs = bf16_gemm_inputs;  // the prefill kernel's q and weights, as the GEMMs'
     p.multiprocessors = multiprocessors;
+    p.one_new_key = one_token_per_sequence;
     // Key-range splits for the decode kernel this layer takes: on CUDA
     // cores, enough 128-thread blocks for 2 per SM; on tensor cores,
     // one-warp blocks for decode_blocks_per_sm() per SM, each split keeping
     // at least decode_min_split_keys() of the keys the step can attend here.
     const bool mma = attention_decode_mma_supported(p);
+    // On tensor cores, the key ranges are blocks of key warps that merge in
+    // shared memory (decode_key_warps): one block per (token, kv head) when
+    // each warp then keeps at most decode_warp_keys() keys, else the blocks
+    // the splits below ask for, in fewer blocks of more warps.
+    const int key_warps = mma ? std::min(attention_decode_key_warps(p), decode_key_warps()) : 1;
     auto splits_for = [&](int64_t tokens) {
       if (!mma) return attention_splits(tokens, ls.kv_heads, multiprocessors);
       const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
       const int64_t units = tokens * ls.kv_heads;
       const int64_t floor = (multiprocessors + units - 1) / units;  // a block per SM
-      const int64_t cap = std::max({int64_t(1), keys / decode_min_split_keys(), floor});
+      // One-warp blocks stop at kOneWarpMaxSplits (each split is one more
+      // partial the combine kernel reads).
+      const int64_t most = key_warps == 1 ? kOneWarpMaxSplits : INT64_MAX;
+      const int64_t cap =
+          std::min(most, std::max({int64_t(1), keys / decode_min_split_keys(), floor}));
       return int(std::min<int64_t>(
           cap, attention_splits(tokens, ls.kv_heads, multiprocessors, decode_blocks_per_sm())));
     };
-    // On tensor cores, the key ranges are blocks of key warps that merge in
-    // shared memory (decode_key_warps): one block per (token, kv head) when
-    // each warp then keeps at most decode_warp_keys() keys, else the blocks
-    // the splits above ask for, in fewer blocks of more warps.
-    const int key_warps = mma ? std::min(attention_decode_key_warps(p), decode_key_warps()) : 1;
     auto plan_keys = [&](int64_t tokens) {
       const int parts = splits_for(tokens);
       p.key_warps = key_warps;
@@ -1078,6 +1093,8 @@ void Decoder::step(std::span<const SeqStep> batch) {
   // Decode steps replay a graph captured for a bucket of B >= tokens rows;
   // the padding rows decode token 0 at position 0 into the padding blocks.
   const bool graph = m.graphs && decode_only;
+  static const bool early_keys = !env_is("TANDEM_DECODE_EARLY_KEYS", "0");  // for measuring
+  m.one_token_per_sequence = decode_only && early_keys;
   const int64_t T = graph ? bucket_for(tokens, m.max_tokens) : tokens;
   int32_t* ids = m.host<int32_t>(m.off_ids);
   int32_t* ple_ids = m.host<int32_t>(m.off_ple_ids);

@@ -155,6 +155,11 @@ struct PagedAttention {
   // further and merge in shared memory (1, or attention_decode_key_warps),
   // so a block's split needs no combine of its own.
   int key_warps = 1;
+  // The tensor-core decode kernel only: every token of the step is its
+  // sequence's only one (decode steps), so the one key an earlier kernel of
+  // the step writes for a token is its own position; the kernel copies the
+  // others of its first tile before waiting for those kernels (PDL).
+  bool one_new_key = false;
   // attention_prefill only: q·scale and the softmax weights rounded to bf16
   // (one tensor-core product per product instead of two or three: the
   // decoder's --gemm-precision bf16); else their bf16 hi/lo parts.
