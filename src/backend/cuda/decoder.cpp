@@ -203,7 +203,7 @@ struct Decoder::Impl {
   int multiprocessors = 1;
   int64_t min_kv_heads = 1;  // over the layers: sizes the split partials
   bool graphs = graphs_enabled_by_env();
-  bool bf16_gemm_inputs = true;  // GemmInputs::Bf16, else hi/lo halves
+  const bool bf16_gemm_inputs;  // GemmInputs::Bf16, else hi/lo halves
   int64_t gemv_tokens = Decoder::gemv_max_tokens();
   int64_t affine_gemv_tokens = Decoder::affine_gemv_max_tokens();
   // Steps of at most this many tokens take every layer projection as a GEMV,
@@ -269,13 +269,14 @@ struct Decoder::Impl {
 
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> decode_graphs;  // (bucket, key_class)
 
-  Impl(const Model& m, KvPool& pool, int64_t max_step_tokens, int dev)
+  Impl(const Model& m, KvPool& pool, int64_t max_step_tokens, int dev, GemmInputs gemm_inputs)
       : model(m),
         spec(m.spec),
         kv_pool(pool),
         kv_bf16(pool.row_dtype() == DType::BF16),
         max_tokens(max_step_tokens),
-        device(dev) {}
+        device(dev),
+        bf16_gemm_inputs(gemm_inputs == GemmInputs::Bf16) {}
 
   ~Impl() {
     for (auto& [b, g] : decode_graphs) cudaGraphExecDestroy(g);
@@ -630,9 +631,10 @@ struct Decoder::Impl {
     // each warp then keeps at most decode_warp_keys() keys, else the blocks
     // the splits below ask for, in fewer blocks of more warps.
     const int key_warps = mma ? std::min(attention_decode_key_warps(p), decode_key_warps()) : 1;
+    // The most keys a token of this step attends on this layer (a class).
+    const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
     auto splits_for = [&](int64_t tokens) {
       if (!mma) return attention_splits(tokens, ls.kv_heads, multiprocessors);
-      const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
       const int64_t units = tokens * ls.kv_heads;
       const int64_t floor = (multiprocessors + units - 1) / units;  // a block per SM
       // One-warp blocks stop at kOneWarpMaxSplits (each split is one more
@@ -650,7 +652,6 @@ struct Decoder::Impl {
         p.splits = parts;
         return;
       }
-      const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
       p.splits = keys <= key_warps * decode_warp_keys() ? 1 : (parts + key_warps - 1) / key_warps;
     };
     if (leaves_out("attention")) {
@@ -818,9 +819,8 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     fail("CUDA device %d is not available (%d usable%s%s)", device, count, why.empty() ? "" : ": ",
          why.c_str());
   CUDA_CHECK(cudaSetDevice(device));
-  impl_ = std::make_unique<Impl>(model, kv_pool, max_step_tokens, device);
+  impl_ = std::make_unique<Impl>(model, kv_pool, max_step_tokens, device, gemm_inputs);
   Impl& m = *impl_;
-  m.bf16_gemm_inputs = gemm_inputs == GemmInputs::Bf16;
   const DeviceInfo info = device_info(device);
   m.name = "cuda:" + std::to_string(device);
   m.multiprocessors = std::max(1, info.multiprocessors);
