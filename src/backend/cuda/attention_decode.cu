@@ -3,16 +3,18 @@
 // token, where the CUDA-core kernel (attention.cu) spends its time in
 // shared-memory passes and block barriers rather than in reading the rows.
 //
-// One warp per (token, kv head, split). Its G query heads (G ≤ 16) are the
-// rows of an m16n8k16 mma (rows past G are zeros); q·scale is split into
-// bf16 hi/lo parts, the rows are bf16 as stored, so each product is two
-// mma (hi·k + lo·k) and keeps close to f32 accuracy over the stored rows.
-// Key tiles (32 keys; 16 for head dim 256) are copied with cp.async one
-// tile ahead of the one being computed, into the warp's own shared memory,
-// and read with ldmatrix (V transposed by ldmatrix.trans). The softmax is
-// online, in registers. No block barrier: a warp is a block. The output is
-// final (splits == 1) or a partial (m, l, unnormalized o) for the split
-// combine of attention.cu.
+// A warp per (token, kv head, key range). Its G query heads (G ≤ 16) are
+// the rows of an m16n8k16 mma (rows past G are zeros); q·scale is split
+// into bf16 hi/lo parts, the rows are bf16 as stored, so each product is
+// two mma (hi·k + lo·k) and keeps close to f32 accuracy over the stored
+// rows. Key tiles (32 keys; 16 for head dim 256) are copied with cp.async
+// into the warp's own shared memory (one tile ahead of the one being
+// computed, or after it with a single buffer) and read with ldmatrix (V
+// transposed by ldmatrix.trans). The softmax is online, in registers. A
+// block is one such warp (no block barrier), or key warps sharing its q
+// that merge in shared memory at the end. The output is final (splits ==
+// 1) or a partial (m, l, unnormalized o) for the split combine of
+// attention.cu.
 #include <cfloat>
 #include <cstdint>
 #include <cstdlib>
@@ -47,23 +49,38 @@ struct DecodeShape {
   static constexpr int kOutDims = DH / kWarps;  // output dims of one warp
   static constexpr int kKeys = tile_keys(DH);
   static constexpr int kPitch = DH + kPad, kOutPitch = kOutDims + kPad;
-  // Shared bf16 values: q hi/lo [kQRows][kPitch], two stages of K tiles
-  // [kKeys][kPitch], each warp's two stages of V tiles [kKeys][kOutPitch].
-  static constexpr size_t kSmemBytes =
-      size_t(2) * (2 * kQRows * kPitch + 2 * kKeys * kPitch + kWarps * 2 * kKeys * kOutPitch);
   // Key warps (PagedAttention::key_warps): up to this many copies of the
   // one-warp shape in a block, each over its share of the block's keys.
   // Measured on the H200 at batch 1 (tok/s, one-warp blocks and a combine
   // kernel → key warps): llama-3.2-1b (dim 64, 8 warps) 903 → 1,002 at
   // context 128, 818 → 924 at 4,096; qwen3-1.7b (dim 128, 4) 607 → 634;
-  // ministral-3-3b (128) 362 → 362; at dim 256 (4 warps) gemma-3-1b lost
-  // 740 → 720 and 14,465 → 13,760 at 32 sequences (its one kv head leaves
-  // few blocks, each warp walking 4 tiles), so dims 256 and 512 (two-warp
-  // shape) keep one-warp blocks.
-  static constexpr int kMaxKeyWarps = DH <= 64 ? 8 : DH <= 128 ? 4 : 1;
+  // ministral-3-3b (128) 362 → 362. At dim 256 four double-buffered warps,
+  // each with its own copy of q, lost (gemma-3-1b 740 → 720); eight
+  // single-buffered warps sharing q fit the same shared memory and win:
+  // gemma-3-1b 773 → 789 at context 128, 748 → 772 at 4,096, 13,610 →
+  // 13,701 at 32 sequences; gemma-4-e2b (sliding layers) 379 → 375, 364 →
+  // 367, 6,631 → 6,588.
+  static constexpr int kMaxKeyWarps = DH <= 64 ? 8 : DH <= 128 ? 4 : DH <= 256 ? 8 : 1;
+  // Key-tile stages of a warp: two (the next tile is copied while this one
+  // is computed), or one for dim-256 key warps, whose 8 warps overlap each
+  // other's copies instead.
+  __host__ __device__ static constexpr int stages(int key_warps) {
+    return key_warps > 1 && DH >= 256 ? 1 : 2;
+  }
+  // Shared bf16 values: the block's q hi/lo [kQRows][kPitch], then per key
+  // warp its stages of K tiles [kKeys][kPitch] and each warp's stages of V
+  // tiles [kKeys][kOutPitch].
+  static constexpr size_t kQBytes = size_t(2) * 2 * kQRows * kPitch;
+  __host__ __device__ static constexpr size_t warp_bytes(int key_warps) {
+    return size_t(2) * stages(key_warps) * (kKeys * kPitch + kWarps * kKeys * kOutPitch);
+  }
+  __host__ __device__ static constexpr size_t smem_bytes(int key_warps) {
+    return kQBytes + size_t(key_warps) * warp_bytes(key_warps);
+  }
   // A key warp's merge inputs (o of its rows, then m and l) fit its
   // share of shared memory, free once its loop is done.
-  static_assert(kWarps > 1 || (kQRows * DH + 2 * kQRows) * 4 <= kSmemBytes, "merge fits");
+  static_assert(kMaxKeyWarps == 1 || (kQRows * DH + 2 * kQRows) * 4 <= warp_bytes(kMaxKeyWarps),
+                "merge fits");
 };
 
 // Block-wide barrier over the kernel's warps (one warp: __syncwarp).
@@ -77,12 +94,13 @@ __device__ __forceinline__ void sync_warps() {
 
 // The end of a block of KW key warps (one-warp shape: DO = DH, 16 rows):
 // each warp leaves its rows' unnormalized o, m and l in its own shared
-// memory (`own`; its tiles are dead), then the block merges them as the
-// split combine does — into out (splits == 1) or the block's partial.
+// memory (`own`, one of the KW `regions` of DecodeShape::warp_bytes; its
+// tiles are dead), then the block merges them as the split combine does — into out (splits == 1) or
+// the block's partial.
 template <int DH, int KW>
 __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], float m0, float m1,
                                                 float l0, float l1, uint8_t* own,
-                                                const uint8_t* shared, int G, int kvh, int64_t t,
+                                                const uint8_t* regions, int G, int kvh, int64_t t,
                                                 int split, const PagedAttention& p, float* out) {
   using S = DecodeShape<DH>;
   constexpr int QR = S::kQRows;
@@ -103,7 +121,7 @@ __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], flo
   }
   __syncthreads();
   auto warp_sums = [&](int w) {
-    return reinterpret_cast<const float*>(shared + w * S::kSmemBytes);
+    return reinterpret_cast<const float*>(regions + w * S::warp_bytes(KW));
   };
   for (int i = int(threadIdx.x); i < G * DH; i += 32 * KW) {
     const int r = i / DH, d = i % DH;
@@ -139,24 +157,26 @@ __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], flo
 }
 
 // grid: (tokens · kv heads, splits); 32 threads per warp of DecodeShape,
-// times KW key warps (1 or kMaxKeyWarps), each with its own shared memory.
+// times KW key warps (1 or kMaxKeyWarps), which share q and each have their
+// own tiles (DecodeShape::smem_bytes(KW) of shared memory).
 template <int DH, int KW>
 __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     decode_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
                             float* __restrict__ out) {
   using S = DecodeShape<DH>;
   constexpr int KT = S::kKeys, P = S::kPitch, PO = S::kOutPitch, DO = S::kOutDims;
-  constexpr int W = S::kWarps, QR = S::kQRows, NT = 32 * W;
+  constexpr int W = S::kWarps, QR = S::kQRows, NT = 32 * W, ST = S::stages(KW);
   static_assert(KW == 1 || W == 1, "only one-warp shapes split keys over warps");
   extern __shared__ __align__(16) uint8_t shared_raw[];
   const int kw = int(threadIdx.x) / NT;  // this key warp
-  uint8_t* own_raw = shared_raw + kw * S::kSmemBytes;
-  uint16_t* q_hi = reinterpret_cast<uint16_t*>(own_raw);
+  uint16_t* q_hi = reinterpret_cast<uint16_t*>(shared_raw);
   uint16_t* q_lo = q_hi + QR * P;
-  uint16_t* k_tiles = q_lo + QR * P;  // [2][KT][P]
+  uint8_t* regions = shared_raw + S::kQBytes;
+  uint8_t* own_raw = regions + kw * S::warp_bytes(KW);
+  uint16_t* k_tiles = reinterpret_cast<uint16_t*>(own_raw);  // [ST][KT][P]
   const int tid = int(threadIdx.x) % NT, warp = tid / 32, lane = tid % 32, g = lane / 4,
             tq = lane % 4;
-  uint16_t* v_tiles = k_tiles + 2 * KT * P + warp * 2 * KT * PO;  // this warp's [2][KT][PO]
+  uint16_t* v_tiles = k_tiles + ST * KT * P + warp * ST * KT * PO;  // this warp's [ST][KT][PO]
   pdl_launch_dependents();
   const int G = int(p.heads / p.kv_heads);
   const int64_t t = blockIdx.x / p.kv_heads;
@@ -213,22 +233,26 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
   pdl_wait();
   if (first < end) fill(first, 0, first_rows, max(first, stable_end), first + KT);
 
-  // q · scale of the G heads as hi/lo parts; rows past G are zeros. Eight
-  // loads in flight per thread: one at a time, each paid the L2 latency in
-  // series (64 of them per lane at head dim 256).
+  // q · scale of the G heads as hi/lo parts, staged by the whole block;
+  // rows past G are zeros. Up to eight loads in flight per thread: one at a
+  // time, each paid the L2 latency in series (64 of them per lane at head
+  // dim 256 in a one-warp block).
   const float* qt = q + t * q_dim + size_t(kvh) * G * DH;
-  constexpr int kQSteps = QR * (DH / 2) / NT, kQBatch = 8;
-  static_assert(kQSteps % kQBatch == 0, "q staging runs in whole batches");
+  constexpr int kStagers = NT * KW, kQSteps = QR * (DH / 2) / kStagers;
+  constexpr int kQBatch = kQSteps < 8 ? kQSteps : 8;
+  static_assert(QR * (DH / 2) % kStagers == 0 && kQSteps % kQBatch == 0,
+                "q staging runs in whole batches");
+  const int stager = int(threadIdx.x);
   for (int s0 = 0; s0 < kQSteps; s0 += kQBatch) {
     float2 v[kQBatch];
 #pragma unroll
     for (int j = 0; j < kQBatch; ++j) {
-      const int i = tid + NT * (s0 + j), r = i / (DH / 2), c = 2 * (i % (DH / 2));
+      const int i = stager + kStagers * (s0 + j), r = i / (DH / 2), c = 2 * (i % (DH / 2));
       v[j] = r < G ? *reinterpret_cast<const float2*>(qt + r * DH + c) : make_float2(0.f, 0.f);
     }
 #pragma unroll
     for (int j = 0; j < kQBatch; ++j) {
-      const int i = tid + NT * (s0 + j), r = i / (DH / 2), c = 2 * (i % (DH / 2));
+      const int i = stager + kStagers * (s0 + j), r = i / (DH / 2), c = 2 * (i % (DH / 2));
       uint32_t h2, l2;
       split2(v[j].x * p.scale, v[j].y * p.scale, h2, l2);
       *reinterpret_cast<uint32_t*>(q_hi + r * P + c) = h2;
@@ -241,12 +265,20 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
   for (int n = 0; n < DO / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // rows g and g + 8 (this lane's part)
 
+  // Key warps read the q their block staged (one warp: the loop's first
+  // barrier makes it visible).
+  if constexpr (KW > 1) __syncthreads();
+
   int st = 0;
-  for (int kb = first; kb < end; kb += KT, st ^= 1) {
-    if (kb + KT < end) {
+  for (int kb = first; kb < end; kb += KT) {
+    // Two stages: the next tile's copies go out before this one is waited
+    // for. One stage: its row lookups do, the copies after the compute.
+    unsigned long long next_rows = 0;
+    if (ST == 2 && kb + KT < end) {
       fill(kb + KT, st ^ 1, tile_row(kb + KT), kb + KT, kb + 2 * KT);
       cp_async_wait<1>();
     } else {
+      if (ST == 1 && kb + KT < end) next_rows = tile_row(kb + KT);
       cp_async_wait<0>();
     }
     sync_warps<W>();  // every thread's copies of this tile (and, the first time, q) are visible
@@ -269,6 +301,11 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     online_softmax(s, o, m0, m1, l0, l1);
     warp_weighted_values<true>(o, s, vt, nullptr, PO);
     sync_warps<W>();  // this stage is read before the next iteration refills it
+    if constexpr (ST == 1) {
+      if (kb + KT < end) fill(kb + KT, 0, next_rows, kb + KT, kb + 2 * KT);
+    } else {
+      st ^= 1;
+    }
   }
   // Each row's sum over its 4 lanes.
 #pragma unroll
@@ -277,7 +314,7 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     l1 += __shfl_xor_sync(0xffffffffu, l1, x);
   }
   if constexpr (KW > 1) {
-    merge_key_warps<DH, KW>(o, m0, m1, l0, l1, own_raw, shared_raw, G, kvh, t, split, p, out);
+    merge_key_warps<DH, KW>(o, m0, m1, l0, l1, own_raw, regions, G, kvh, t, split, p, out);
   } else {
     // Rows g and g + 8 are heads kvh · G + g and + 8 when below G; this
     // warp's dims start at warp · DO (every warp computed the same m and l).
@@ -315,9 +352,10 @@ void launch_decode_warps(dim3 grid, const float* q, const StepLayout& at, const 
                          float* out, cudaStream_t stream) {
   using S = DecodeShape<DH>;
   const auto kernel = decode_attention_kernel<DH, KW>;
-  if constexpr (KW * S::kSmemBytes > (size_t(48) << 10))
+  constexpr size_t smem = S::smem_bytes(KW);
+  if constexpr (smem > (size_t(48) << 10))
     allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
-  launch(kernel, grid, 32 * S::kWarps * KW, KW * S::kSmemBytes, stream, q, at, p, out);
+  launch(kernel, grid, 32 * S::kWarps * KW, smem, stream, q, at, p, out);
 }
 
 template <int DH>
@@ -359,6 +397,10 @@ int attention_decode_key_warps(const PagedAttention& p) {
     case 256: return DecodeShape<256>::kMaxKeyWarps;
     default: return 1;
   }
+}
+
+int attention_decode_tile_keys(const PagedAttention& p) {
+  return tile_keys(int(p.head_dim));
 }
 
 void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,

@@ -155,23 +155,26 @@ int decode_blocks_per_sm() {
 // Key warps per tensor-core decode block (PagedAttention::key_warps): the
 // kernel's most unless TANDEM_DECODE_KEY_WARPS caps it (1: one-warp
 // blocks); and the most keys a warp keeps before a step splits over
-// blocks (TANDEM_DECODE_WARP_KEYS, default 64; llama-3.2-1b at batch 1,
-// context 1024, 64 / 128 / 256: 959 / 956 / 910 tok/s, gemma-3-1b 739 /
-// 600 / 600 when its dim-256 blocks took key warps).
+// blocks: two of the kernel's key tiles (64 keys at dims 64 and 128, 32 at
+// 256), unless TANDEM_DECODE_WARP_KEYS says otherwise (llama-3.2-1b at
+// batch 1, context 1024, 64 / 128 / 256: 959 / 956 / 910 tok/s).
 int decode_key_warps() {
   static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_KEY_WARPS", 8), 1, 8));
   return n;
 }
-int64_t decode_warp_keys() {
-  static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_WARP_KEYS", 64));
-  return n;
+int64_t decode_warp_keys(int64_t tile_keys) {
+  static const int64_t n = env_count("TANDEM_DECODE_WARP_KEYS", 0);
+  return n > 0 ? n : 2 * tile_keys;
 }
 // The most key splits of a (token, kv head) in one-warp decode blocks (head
-// dims 256 and 512): measured on the H200 at batch 1 (tok/s at 16 / 32 /
-// 64 splits), gemma-3-1b context 128 769 / 761 / 741, context 1024 731 /
-// 753 / 740; gemma-4-e2b 372 / 368 / 360 and 356 / 365 / 362. Blocks of key
-// warps keep attention_splits' 64 (llama-3.2-1b at context 4096: 872 with
-// 32, 922 with 64; qwen3-1.7b 544 / 575).
+// dim 512, or any with TANDEM_DECODE_KEY_WARPS=1) up to 2,048 keys, one per
+// 64 keys above: measured on the H200 at batch 1 (tok/s at 16 / 32 / 64
+// splits), gemma-3-1b context 128 769 / 761 / 741, context 1024 731 / 753 /
+// 740; gemma-4-e2b 372 / 368 / 360 and 356 / 365 / 362; at context 4,096
+// (one-warp blocks at dim 256) 32 splits or one per 64 keys: gemma-3-1b
+// 727 → 748, gemma-4-e2b 358 → 364. Blocks of key warps
+// keep attention_splits' 64 (llama-3.2-1b at context 4096: 872 with 32, 922
+// with 64; qwen3-1.7b 544 / 575).
 constexpr int64_t kOneWarpMaxSplits = 32;
 
 int64_t decode_min_split_keys() {
@@ -631,6 +634,7 @@ struct Decoder::Impl {
     // each warp then keeps at most decode_warp_keys() keys, else the blocks
     // the splits below ask for, in fewer blocks of more warps.
     const int key_warps = mma ? std::min(attention_decode_key_warps(p), decode_key_warps()) : 1;
+    const int64_t tile_keys = mma ? attention_decode_tile_keys(p) : 1;
     // The most keys a token of this step attends on this layer (a class).
     const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
     auto splits_for = [&](int64_t tokens) {
@@ -638,8 +642,10 @@ struct Decoder::Impl {
       const int64_t units = tokens * ls.kv_heads;
       const int64_t floor = (multiprocessors + units - 1) / units;  // a block per SM
       // One-warp blocks stop at kOneWarpMaxSplits (each split is one more
-      // partial the combine kernel reads).
-      const int64_t most = key_warps == 1 ? kOneWarpMaxSplits : INT64_MAX;
+      // partial the combine kernel reads) until each split would keep more
+      // than 64 keys; key warps each keep at least one tile.
+      const int64_t most = key_warps == 1 ? std::max<int64_t>(kOneWarpMaxSplits, keys / 64)
+                                          : (keys + tile_keys - 1) / tile_keys;
       const int64_t cap =
           std::min(most, std::max({int64_t(1), keys / decode_min_split_keys(), floor}));
       return int(std::min<int64_t>(
@@ -652,7 +658,8 @@ struct Decoder::Impl {
         p.splits = parts;
         return;
       }
-      p.splits = keys <= key_warps * decode_warp_keys() ? 1 : (parts + key_warps - 1) / key_warps;
+      p.splits =
+          keys <= key_warps * decode_warp_keys(tile_keys) ? 1 : (parts + key_warps - 1) / key_warps;
     };
     if (leaves_out("attention")) {
       // skipped (leave_out)

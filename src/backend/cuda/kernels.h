@@ -181,8 +181,10 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
 // TANDEM_CUDA_DECODE_MMA is not 0). Its launch, without the split combine:
 bool attention_decode_mma_supported(const PagedAttention& p);
 // The most warps a block of that kernel splits its keys over for p's head
-// dim (8 at dim 64, 4 at 128, else 1: attention_decode.cu says why).
+// dim (8 at dims 64 and 256, 4 at 128, else 1: attention_decode.cu says
+// why), and the keys of the tile its warps copy and compute at a time.
 int attention_decode_key_warps(const PagedAttention& p);
+int attention_decode_tile_keys(const PagedAttention& p);
 void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                           float* out, cudaStream_t stream);
 // The same contract on tensor cores (flash attention) for steps that carry
