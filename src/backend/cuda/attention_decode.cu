@@ -7,14 +7,15 @@
 // the rows of an m16n8k16 mma (rows past G are zeros); q·scale is split
 // into bf16 hi/lo parts, the rows are bf16 as stored, so each product is
 // two mma (hi·k + lo·k) and keeps close to f32 accuracy over the stored
-// rows. Key tiles (32 keys; 16 for head dim 256) are copied with cp.async
-// into the warp's own shared memory (one tile ahead of the one being
-// computed, or after it with a single buffer) and read with ldmatrix (V
-// transposed by ldmatrix.trans). The softmax is online, in registers. A
-// block is one such warp (no block barrier), or key warps sharing its q
-// that merge in shared memory at the end. The output is final (splits ==
-// 1) or a partial (m, l, unnormalized o) for the split combine of
-// attention.cu.
+// rows — or, with PagedAttention::bf16_inputs (--gemm-precision bf16, the
+// default), q·scale and the softmax weights are rounded to bf16: one mma
+// per product (H200, 32 sequences at context 1024: llama-3.2-1b +2%,
+// qwen3-1.7b +5%, gemma-4-e2b +3%; batch 1 +1-3%). Key tiles (32 keys; 16 for head dim 256) are
+// copied with cp.async into the warp's own shared memory (one tile ahead of the one being computed,
+// or after it with a single buffer) and read with ldmatrix (V transposed by ldmatrix.trans). The
+// softmax is online, in registers. A block is one such warp (no block barrier), or key warps
+// sharing its q that merge in shared memory at the end. The output is final (splits == 1) or a
+// partial (m, l, unnormalized o) for the split combine of attention.cu.
 #include <cfloat>
 #include <cstdint>
 #include <cstdlib>
@@ -61,9 +62,10 @@ struct DecodeShape {
   // 13,701 at 32 sequences; gemma-4-e2b (sliding layers) 379 → 375, 364 →
   // 367, 6,631 → 6,588.
   static constexpr int kMaxKeyWarps = DH <= 64 ? 8 : DH <= 128 ? 4 : DH <= 256 ? 8 : 1;
-  // Key-tile stages of a warp: two (the next tile is copied while this one
-  // is computed), or one for dim-256 key warps, whose 8 warps overlap each
-  // other's copies instead.
+  // Key-tile stages of a key warp: two (the next tile is copied while this
+  // one is computed), or one for dim-256 key warps, whose 8 warps overlap
+  // each other's copies instead (launch_decode also takes one stage at dims
+  // 64 and 128 when the grid has more blocks than SMs).
   __host__ __device__ static constexpr int stages(int key_warps) {
     return key_warps > 1 && DH >= 256 ? 1 : 2;
   }
@@ -71,16 +73,15 @@ struct DecodeShape {
   // warp its stages of K tiles [kKeys][kPitch] and each warp's stages of V
   // tiles [kKeys][kOutPitch].
   static constexpr size_t kQBytes = size_t(2) * 2 * kQRows * kPitch;
-  __host__ __device__ static constexpr size_t warp_bytes(int key_warps) {
-    return size_t(2) * stages(key_warps) * (kKeys * kPitch + kWarps * kKeys * kOutPitch);
+  __host__ __device__ static constexpr size_t warp_bytes(int stages) {
+    return size_t(2) * stages * (kKeys * kPitch + kWarps * kKeys * kOutPitch);
   }
-  __host__ __device__ static constexpr size_t smem_bytes(int key_warps) {
-    return kQBytes + size_t(key_warps) * warp_bytes(key_warps);
+  __host__ __device__ static constexpr size_t smem_bytes(int key_warps, int stages) {
+    return kQBytes + size_t(key_warps) * warp_bytes(stages);
   }
   // A key warp's merge inputs (o of its rows, then m and l) fit its
   // share of shared memory, free once its loop is done.
-  static_assert(kMaxKeyWarps == 1 || (kQRows * DH + 2 * kQRows) * 4 <= warp_bytes(kMaxKeyWarps),
-                "merge fits");
+  static_assert(kMaxKeyWarps == 1 || (kQRows * DH + 2 * kQRows) * 4 <= warp_bytes(1), "merge fits");
 };
 
 // Block-wide barrier over the kernel's warps (one warp: __syncwarp).
@@ -97,7 +98,7 @@ __device__ __forceinline__ void sync_warps() {
 // memory (`own`, one of the KW `regions` of DecodeShape::warp_bytes; its
 // tiles are dead), then the block merges them as the split combine does — into out (splits == 1) or
 // the block's partial.
-template <int DH, int KW>
+template <int DH, int KW, int ST>
 __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], float m0, float m1,
                                                 float l0, float l1, uint8_t* own,
                                                 const uint8_t* regions, int G, int kvh, int64_t t,
@@ -121,7 +122,7 @@ __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], flo
   }
   __syncthreads();
   auto warp_sums = [&](int w) {
-    return reinterpret_cast<const float*>(regions + w * S::warp_bytes(KW));
+    return reinterpret_cast<const float*>(regions + w * S::warp_bytes(ST));
   };
   for (int i = int(threadIdx.x); i < G * DH; i += 32 * KW) {
     const int r = i / DH, d = i % DH;
@@ -158,21 +159,23 @@ __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], flo
 
 // grid: (tokens · kv heads, splits); 32 threads per warp of DecodeShape,
 // times KW key warps (1 or kMaxKeyWarps), which share q and each have their
-// own tiles (DecodeShape::smem_bytes(KW) of shared memory).
-template <int DH, int KW>
+// own tiles in ST stages (DecodeShape::smem_bytes(KW, ST) of shared memory).
+// BQ: q·scale and the softmax weights rounded to bf16 (one product each
+// instead of hi/lo two; PagedAttention::bf16_inputs).
+template <int DH, int KW, int ST, bool BQ>
 __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     decode_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
                             float* __restrict__ out) {
   using S = DecodeShape<DH>;
   constexpr int KT = S::kKeys, P = S::kPitch, PO = S::kOutPitch, DO = S::kOutDims;
-  constexpr int W = S::kWarps, QR = S::kQRows, NT = 32 * W, ST = S::stages(KW);
+  constexpr int W = S::kWarps, QR = S::kQRows, NT = 32 * W;
   static_assert(KW == 1 || W == 1, "only one-warp shapes split keys over warps");
   extern __shared__ __align__(16) uint8_t shared_raw[];
   const int kw = int(threadIdx.x) / NT;  // this key warp
   uint16_t* q_hi = reinterpret_cast<uint16_t*>(shared_raw);
   uint16_t* q_lo = q_hi + QR * P;
   uint8_t* regions = shared_raw + S::kQBytes;
-  uint8_t* own_raw = regions + kw * S::warp_bytes(KW);
+  uint8_t* own_raw = regions + kw * S::warp_bytes(ST);
   uint16_t* k_tiles = reinterpret_cast<uint16_t*>(own_raw);  // [ST][KT][P]
   const int tid = int(threadIdx.x) % NT, warp = tid / 32, lane = tid % 32, g = lane / 4,
             tq = lane % 4;
@@ -256,7 +259,7 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
       uint32_t h2, l2;
       split2(v[j].x * p.scale, v[j].y * p.scale, h2, l2);
       *reinterpret_cast<uint32_t*>(q_hi + r * P + c) = h2;
-      *reinterpret_cast<uint32_t*>(q_lo + r * P + c) = l2;
+      if constexpr (!BQ) *reinterpret_cast<uint32_t*>(q_lo + r * P + c) = l2;
     }
   }
 
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     float s[KT / 8][4];
 #pragma unroll
     for (int n = 0; n < KT / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    warp_scores<true, KT / 8, (QR > 8)>(s, q_hi, q_lo, P, kt, nullptr, P, DH);
+    warp_scores<true, KT / 8, (QR > 8), BQ>(s, q_hi, q_lo, P, kt, nullptr, P, DH);
 #pragma unroll
     for (int n = 0; n < KT / 8; ++n)
 #pragma unroll
@@ -299,7 +302,7 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
         s[n][e] = kb + n * 8 + 2 * tq + (e & 1) < end ? v : -INFINITY;
       }
     online_softmax(s, o, m0, m1, l0, l1);
-    warp_weighted_values<true>(o, s, vt, nullptr, PO);
+    warp_weighted_values<true, KT / 8, DO / 8, BQ>(o, s, vt, nullptr, PO);
     sync_warps<W>();  // this stage is read before the next iteration refills it
     if constexpr (ST == 1) {
       if (kb + KT < end) fill(kb + KT, 0, next_rows, kb + KT, kb + 2 * KT);
@@ -314,7 +317,7 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     l1 += __shfl_xor_sync(0xffffffffu, l1, x);
   }
   if constexpr (KW > 1) {
-    merge_key_warps<DH, KW>(o, m0, m1, l0, l1, own_raw, regions, G, kvh, t, split, p, out);
+    merge_key_warps<DH, KW, ST>(o, m0, m1, l0, l1, own_raw, regions, G, kvh, t, split, p, out);
   } else {
     // Rows g and g + 8 are heads kvh · G + g and + 8 when below G; this
     // warp's dims start at warp · DO (every warp computed the same m and l).
@@ -347,12 +350,13 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
   }
 }
 
-template <int DH, int KW>
+template <int DH, int KW, int ST>
 void launch_decode_warps(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
                          float* out, cudaStream_t stream) {
   using S = DecodeShape<DH>;
-  const auto kernel = decode_attention_kernel<DH, KW>;
-  constexpr size_t smem = S::smem_bytes(KW);
+  const auto kernel = p.bf16_inputs ? decode_attention_kernel<DH, KW, ST, true>
+                                    : decode_attention_kernel<DH, KW, ST, false>;
+  constexpr size_t smem = S::smem_bytes(KW, ST);
   if constexpr (smem > (size_t(48) << 10))
     allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
   launch(kernel, grid, 32 * S::kWarps * KW, smem, stream, q, at, p, out);
@@ -361,11 +365,24 @@ void launch_decode_warps(dim3 grid, const float* q, const StepLayout& at, const 
 template <int DH>
 void launch_decode(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
                    float* out, cudaStream_t stream) {
-  constexpr int kMax = DecodeShape<DH>::kMaxKeyWarps;
-  if (kMax > 1 && p.key_warps > 1)
-    launch_decode_warps<DH, kMax>(grid, q, at, p, out, stream);
-  else
-    launch_decode_warps<DH, 1>(grid, q, at, p, out, stream);
+  using S = DecodeShape<DH>;
+  constexpr int kMax = S::kMaxKeyWarps;
+  if (kMax > 1 && p.key_warps > 1) {
+    // Two stages while the grid leaves each SM at most one block; past
+    // that, one (half the shared memory: two blocks of key warps fit an
+    // SM). Measured on the H200 (tok/s, two stages → one): 32 sequences
+    // at context 1024, llama-3.2-1b 17,253 → 17,699, qwen3-1.7b 8,623 →
+    // 9,253, ministral-3-3b 6,919 → 7,342; batch 1 (64 blocks or fewer) at
+    // context 4096, llama 941 → 890, qwen3 575 → 540.
+    const bool fills_sms =
+        p.multiprocessors > 0 && int64_t(grid.x) * grid.y > int64_t(p.multiprocessors);
+    if (S::stages(kMax) == 1 || fills_sms)
+      launch_decode_warps<DH, kMax, 1>(grid, q, at, p, out, stream);
+    else
+      launch_decode_warps<DH, kMax, 2>(grid, q, at, p, out, stream);
+  } else {
+    launch_decode_warps<DH, 1, 2>(grid, q, at, p, out, stream);
+  }
 }
 
 }  // namespace

@@ -160,9 +160,10 @@ struct PagedAttention {
   // the step writes for a token is its own position; the kernel copies the
   // others of its first tile before waiting for those kernels (PDL).
   bool one_new_key = false;
-  // attention_prefill only: q·scale and the softmax weights rounded to bf16
-  // (one tensor-core product per product instead of two or three: the
-  // decoder's --gemm-precision bf16); else their bf16 hi/lo parts.
+  // The tensor-core kernels (attention_prefill, attention_decode_mma): q·scale
+  // and the softmax weights rounded to bf16 (one tensor-core product per
+  // product instead of two or three: the decoder's --gemm-precision bf16,
+  // the default); else their bf16 hi/lo parts.
   bool bf16_inputs = false;
   // The device's SM count, when known: a grid of (token, kv head, split)
   // blocks that fills it keeps each kv head's query heads in one block.
@@ -170,10 +171,10 @@ struct PagedAttention {
 };
 // q, out: [n, heads·head_dim]. Two kernels keep this contract: one on
 // tensor cores (attention_decode_mma: bf16 rows, up to 16 query heads per kv
-// head, head dim 64, 128 or 256; q·scale as bf16 hi/lo parts, so about
-// 1e-5 relative error per output against the CPU's 1e-7), and one on CUDA
-// cores for the rest. Auto takes the first where it can (unless
-// TANDEM_CUDA_DECODE_MMA=0); the tests ask for each.
+// head, head dim 64, 128, 256 or 512; q·scale as bf16 hi/lo parts, so about
+// 1e-5 relative error per output against the CPU's 1e-7, or rounded to bf16
+// with bf16_inputs, about 2e-3), and one on CUDA cores for the rest. Auto takes the first where it
+// can (unless TANDEM_CUDA_DECODE_MMA=0); the tests ask for each.
 enum class DecodeKernel { Auto, TensorCores, CudaCores };
 void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                      float* out, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::Auto);
