@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
     if (p.splits == 1) {
       out[t * q_dim + h * Dh + d] = l > 0.f ? acc[i] / l : 0.f;
     } else {
-      float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (Dh + 2);
+      float* part = split_partial(p, t, h, split, Dh);
       if (d == 0) {
         part[0] = ms[g];
         part[1] = l;
@@ -253,7 +253,7 @@ __global__ void attention_combine_kernel(PagedAttention p, float* __restrict__ o
   constexpr int kPerLane = kMaxSplits / 32;
   const int64_t th = blockIdx.x;  // t · heads + h
   const int stride = int(p.head_dim) + 2;
-  const float* part = p.partial + th * p.splits * stride;
+  const float* part = split_partial(p, th / p.heads, th % p.heads, 0, p.head_dim);
   __shared__ float scale[kMaxSplits];
   if (threadIdx.x < 32) {
     float m[kPerLane], l[kPerLane];

@@ -147,7 +147,7 @@ __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], flo
     if (p.splits == 1) {
       out[t * p.heads * DH + h * DH + d] = l > 0.f ? acc / l : 0.f;
     } else {
-      float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (DH + 2);
+      float* part = split_partial(p, t, h, split, DH);
       if (d == 0) {
         part[0] = mx;
         part[1] = l;
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
           *reinterpret_cast<float2*>(dst + n * 8) =
               make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
       } else {
-        float* part = p.partial + ((t * p.heads + h) * p.splits + split) * (DH + 2);
+        float* part = split_partial(p, t, h, split, DH);
         if (tq == 0 && warp == 0) {
           part[0] = m;
           part[1] = l;

@@ -63,6 +63,14 @@ __device__ __forceinline__ KeyRange split_keys(const StepLayout& at, const Paged
   return KeyRange{first, first + chunk < hi ? first + chunk : hi};
 }
 
+// Split `split`'s partial of (token t, head h) in p.partial: its running
+// max m, sum l and unnormalized output o, as [m, l, o[0..dim)] (the layout
+// the split combine reads: a (t, h)'s splits back to back).
+__device__ __forceinline__ float* split_partial(const PagedAttention& p, int64_t t, int64_t h,
+                                                int split, int64_t dim) {
+  return p.partial + ((t * p.heads + h) * p.splits + split) * (dim + 2);
+}
+
 // Four consecutive values as raw registers: float4 for f32 rows, uint2 (four
 // bf16) for bf16 ones, so a bf16 tile held for the next iteration takes
 // half the registers.
