@@ -919,7 +919,8 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     }
     // GemvFusion::pre_add: gemv_bf16's vector kernel, on the two
     // projections that read the residual stream.
-    m.sandwich = !m.plain_residual && s.hidden % 8 == 0;
+    m.sandwich =
+        !m.plain_residual && s.hidden % 8 == 0 && gemv_pre_add_fits(kGemvPreAddMaxRows, s.hidden);
     for (const Layer& L : m.layers)
       m.sandwich = m.sandwich && L.attn_in_norm.bytes() && L.attn_out_norm.bytes() &&
                    L.mlp_in_norm.bytes() && L.mlp_out_norm.bytes() && !L.qkv.affine &&

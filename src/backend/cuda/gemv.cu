@@ -184,9 +184,13 @@ __global__ void gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int6
 // second scale without another pass. Each block writes its share of h' to
 // residual_out (float4 i goes to block i mod grid). The first weight loads
 // go out before the prologue.
-// Shared memory: (2N + 1) · cols floats (pre_add_smem_bytes).
+// Shared memory: (2N + 1) · cols floats (pre_add_smem_bytes), besides the
+// static per-warp partial sums (pre_add_static_bytes).
 size_t pre_add_smem_bytes(int n, int64_t cols) {
   return size_t(2 * n + 1) * size_t(cols) * sizeof(float);
+}
+size_t pre_add_static_bytes(int n) {
+  return size_t(kWarpsPerBlock) * size_t(4 * n) * sizeof(float);
 }
 
 template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
@@ -446,6 +450,14 @@ int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated) {
   return 1;
 }
 
+bool gemv_pre_add_fits(int64_t n, int64_t cols) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return n >= 1 && n <= kGemvPreAddMaxRows &&
+         pre_add_smem_bytes(int(n), cols) + pre_add_static_bytes(int(n)) <=
+             launch_limits(device).smem_optin;
+}
+
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
                cudaStream_t stream, const GemvFusion& fusion) {
   if (rows <= 0 || n <= 0) return;
@@ -453,13 +465,9 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
                    (!fusion.normalize || !fusion.norm_weight || aligned16(fusion.norm_weight));
   // pre_add: one batch run (its pointers are not offset per run).
   static_assert(kGemvPreAddMaxRows <= kMaxBatch, "a pre_add GEMV is one batch run");
-  bool pre_add_ok = false;
-  if (fusion.pre_add && vec && n <= kGemvPreAddMaxRows && aligned16(fusion.pre_add) &&
-      aligned16(fusion.pre_add_weight) && aligned16(fusion.residual_out)) {
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    pre_add_ok = pre_add_smem_bytes(int(n), cols) <= launch_limits(device).smem_optin;
-  }
+  const bool pre_add_ok = fusion.pre_add && vec && n <= kGemvPreAddMaxRows &&
+                          aligned16(fusion.pre_add) && aligned16(fusion.pre_add_weight) &&
+                          aligned16(fusion.residual_out) && gemv_pre_add_fits(n, cols);
   check_fusion(fusion, rows, "gemv_bf16", pre_add_ok);
   if (!vec) {
     launch_any<uint16_t, false>(W, rows, cols, x, n, y, fusion, stream);

@@ -62,6 +62,12 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
 // same over its packed words. Batches of 1 and 2 only.
 int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated);
 
+// Whether gemv_bf16's sandwich-norm kernel (GemvFusion::pre_add) fits the
+// current device's shared memory for n batch rows of `cols` (it stages
+// 2n + 1 rows of cols floats): up to ~11,000 columns at two rows on an
+// H200. Callers fall back to the unfused kernels where it does not.
+bool gemv_pre_add_fits(int64_t n, int64_t cols);
+
 // The same over f32 weights (W: [rows, cols] f32).
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
               cudaStream_t stream, const GemvFusion& fusion = {});

@@ -250,7 +250,9 @@ void check(const AffineMatrix& w, const char* what) {
 
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated) {
   if (n > kMaxSplitBatch) return 1;
-  const int64_t units = gated ? w.rows / 2 : w.rows;  // one row or gate/up pair a warp
+  // launch_gemv's warp units: one row, or a gate/up pair, a warp.
+  const int64_t units =
+      gated ? WarpRows<2, true>::units(w.rows) : WarpRows<1, false>::units(w.rows);
   return column_split(units, w.cols / (32 / w.bits), 64);
 }
 
