@@ -246,24 +246,27 @@ TEST_F(CudaKernels, RmsnormMatchesCpu) {
     }
 }
 
-// residual_norm: h += d (or rmsnorm(d) · w_d), then x = rmsnorm(h) · w_x,
-// against the CPU ops composed, over every register-tile size of the kernel
-// (dims up to 1024, 2048, 4096, 8192) and the loop fallback above.
+// residual_norm: h = (h + d) · s (or rmsnorm(d) · w_d; s = 1 or a layer
+// scalar), then x = rmsnorm(h) · w_x, against the CPU ops composed, over
+// every register-tile size of the kernel (dims up to 1024, 2048, 4096,
+// 8192) and the loop fallback above.
 TEST_F(CudaKernels, ResidualNormMatchesCpu) {
   for (int64_t dim : {5, 640, 2048, 2304, 5376, 8192, 9000})
-    for (int mode = 0; mode < 3; ++mode) {  // plain add; post-normed delta; no next norm
+    for (int mode = 0; mode < 4; ++mode) {  // plain add; post-normed delta; no next norm; scaled
       const int64_t n = 3;
       const auto h = random_floats(size_t(n * dim), 7, 2.f), d = random_floats(size_t(n * dim), 8);
       const auto wd = random_floats(size_t(dim), 9), wx = random_floats(size_t(dim), 10);
       std::vector<float> want_h = h, normed(d.size()), want_x(h.size());
-      if (mode == 1) cpu::rmsnorm(d.data(), wd.data(), n, dim, 1e-6f, normed.data());
-      for (size_t i = 0; i < h.size(); ++i) want_h[i] += mode == 1 ? normed[i] : d[i];
+      if (mode == 1 || mode == 3) cpu::rmsnorm(d.data(), wd.data(), n, dim, 1e-6f, normed.data());
+      const float scale = mode == 3 ? 0.37f : 1.f;
+      for (size_t i = 0; i < h.size(); ++i)
+        want_h[i] = (want_h[i] + (mode == 1 || mode == 3 ? normed[i] : d[i])) * scale;
       cpu::rmsnorm(want_h.data(), wx.data(), n, dim, 1e-6f, want_x.data());
       auto dh = upload(h), dd = upload(d), dwd = upload(wd), dwx = upload(wx);
       cuda::DeviceBuffer dx(h.size() * 4);
-      cuda::residual_norm(dh.as<float>(), dd.as<float>(), mode == 1 ? dwd.as<float>() : nullptr,
-                          dwx.as<float>(), mode == 2 ? nullptr : dx.as<float>(), n, dim, 1e-6f,
-                          nullptr);
+      cuda::residual_norm(dh.as<float>(), dd.as<float>(),
+                          mode == 1 || mode == 3 ? dwd.as<float>() : nullptr, dwx.as<float>(),
+                          mode == 2 ? nullptr : dx.as<float>(), n, dim, 1e-6f, nullptr, scale);
       const std::string what =
           "residual_norm dim " + std::to_string(dim) + " mode " + std::to_string(mode);
       expect_close(download<float>(dh, h.size()), want_h, 2e-6, 1e-6, what + " h");

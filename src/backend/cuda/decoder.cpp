@@ -501,8 +501,9 @@ struct Decoder::Impl {
       x_ready = fuse != Fuse::Residual && fuse != Fuse::Sandwich && next_direct;
       pending = fuse == Fuse::Sandwich && next_direct;
       mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr, pending, fuse);
-      if (s.ple_dim > 0) per_layer_block(l, T);
-      if (scalar != 1.0f) {
+      if (s.ple_dim > 0) {
+        per_layer_block(l, T, scalar);  // applies the layer scalar too
+      } else if (scalar != 1.0f) {
         scale_inplace(hcur, T * D, scalar, stream);
         mark("layer scalar");
       }
@@ -743,8 +744,9 @@ struct Decoder::Impl {
     mark("residual + norm");
   }
 
-  // Gemma 4: h += norm(proj(act(gate(h)) · ple[:, layer]))
-  void per_layer_block(int64_t l, int64_t T) {
+  // Gemma 4: h = (h + norm(proj(act(gate(h)) · ple[:, layer]))) · scalar
+  // (the layer scalar, applied by the same residual_norm launch).
+  void per_layer_block(int64_t l, int64_t T, float scalar) {
     const ModelSpec& s = spec;
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
@@ -756,9 +758,8 @@ struct Decoder::Impl {
       gelu_tanh_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
     mark("ple activation");
     linear("ple proj", L.ple_proj, DeviceBuffer(), gp, T, op);
-    rmsnorm(op, ptr(L.ple_out_norm), T, D, s.norm_eps, op, stream);
-    add_inplace(hp, op, T * D, stream);
-    mark("ple norm + add");
+    residual_norm(hp, op, ptr(L.ple_out_norm), nullptr, nullptr, T, D, s.norm_eps, stream, scalar);
+    mark(scalar != 1.0f ? "ple norm + add, layer scalar" : "ple norm + add");
   }
 
   cudaGraphExec_t capture_decode(int64_t B) {

@@ -156,7 +156,7 @@ template <int PER>
 __global__ void __launch_bounds__(kRowThreads)
     residual_norm_regs_kernel(float* __restrict__ h, const float* __restrict__ delta,
                               const float* __restrict__ delta_w, const float* __restrict__ next_w,
-                              float* __restrict__ x, int64_t dim, float eps) {
+                              float* __restrict__ x, int64_t dim, float eps, float h_scale) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float partial[kRowThreads / 32];
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int i = 0; i < PER; ++i) {
     const int64_t k = threadIdx.x + int64_t(i) * kRowThreads;
     if (k >= dim) break;
-    hv[i] += delta_w ? dv[i] * r * delta_w[k] : dv[i];
+    hv[i] = (hv[i] + (delta_w ? dv[i] * r * delta_w[k] : dv[i])) * h_scale;
     hr[k] = hv[i];
     ss += hv[i] * hv[i];
   }
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kRowThreads)
 __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restrict__ delta,
                                      const float* __restrict__ delta_w,
                                      const float* __restrict__ next_w, float* __restrict__ x,
-                                     int64_t dim, float eps) {
+                                     int64_t dim, float eps, float h_scale) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float partial[kThreads / 32];
@@ -213,7 +213,7 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restr
   }
   float ss = 0.f;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
-    const float v = hr[i] + (delta_w ? dr[i] * r * delta_w[i] : dr[i]);
+    const float v = (hr[i] + (delta_w ? dr[i] * r * delta_w[i] : dr[i])) * h_scale;
     hr[i] = v;
     ss += v * v;
   }
@@ -353,24 +353,26 @@ void split_bf16(const float* src, int64_t n, uint16_t* hi, uint16_t* lo, cudaStr
 }
 
 void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
-                   float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream) {
+                   float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream,
+                   float h_scale) {
   if (n <= 0) return;
   const int64_t per = (dim + kRowThreads - 1) / kRowThreads;
   const unsigned rows = unsigned(n);
   if (per <= 2)
     launch(residual_norm_regs_kernel<2>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps);
+           dim, eps, h_scale);
   else if (per <= 4)
     launch(residual_norm_regs_kernel<4>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps);
+           dim, eps, h_scale);
   else if (per <= 8)
     launch(residual_norm_regs_kernel<8>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps);
+           dim, eps, h_scale);
   else if (per <= 16)
     launch(residual_norm_regs_kernel<16>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w,
-           x, dim, eps);
+           x, dim, eps, h_scale);
   else
-    launch(residual_norm_kernel, rows, kThreads, 0, stream, h, delta, delta_w, next_w, x, dim, eps);
+    launch(residual_norm_kernel, rows, kThreads, 0, stream, h, delta, delta_w, next_w, x, dim, eps,
+           h_scale);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -268,12 +268,14 @@ struct QkvPost {
 void qkv_post(const float* qkv, int64_t n, const StepLayout& at, const QkvPost& p,
               cudaStream_t stream);
 
-// The residual stream between blocks, one launch: h[t] += d (d = delta[t],
-// or rmsnorm(delta[t]) · delta_w when delta_w is set: Gemma's post-norms),
-// then x[t] = rmsnorm(h[t]) · next_w (null: no weight) when x is set (the
-// next block's input norm). Rows of `dim`, t < n.
+// The residual stream between blocks, one launch: h[t] = (h[t] + d) ·
+// h_scale (d = delta[t], or rmsnorm(delta[t]) · delta_w when delta_w is set:
+// Gemma's post-norms; h_scale: Gemma 4's layer scalar, 1 elsewhere), then
+// x[t] = rmsnorm(h[t]) · next_w (null: no weight) when x is set (the next
+// block's input norm). Rows of `dim`, t < n.
 void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
-                   float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream);
+                   float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream,
+                   float h_scale = 1.f);
 
 // out[t, i] = act(gu[t, i]) · gu[t, F + i] for t < n, i < F: the gated MLP
 // activation over the fused gate/up projection [n, 2F].
