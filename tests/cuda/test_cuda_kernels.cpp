@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -272,6 +273,68 @@ TEST_F(CudaKernels, ResidualNormMatchesCpu) {
       expect_close(download<float>(dh, h.size()), want_h, 2e-6, 1e-6, what + " h");
       if (mode != 2) expect_close(download<float>(dx, h.size()), want_x, 2e-6, 1e-6, what + " x");
     }
+}
+
+// The bf16 twins (rmsnorm's y_bf16, residual_norm's x_bf16, the gated
+// halves' out_bf16: a GEMM's input without a split_bf16 launch): each f32
+// output as without a twin, and the twin exactly those outputs rounded to
+// bf16 (nearest even, as split_bf16's hi part and f32_to_bf16). The gated
+// halves also against the CPU's act(gate) · up.
+TEST_F(CudaKernels, Bf16TwinsAreTheOutputsRounded) {
+  const int64_t n = 5;
+  for (int64_t dim : {33, 1152, 2304, 9000}) {
+    const auto h = random_floats(size_t(n * dim), 21, 2.f), d = random_floats(size_t(n * dim), 22);
+    const auto w = random_floats(size_t(dim), 23), w2 = random_floats(size_t(dim), 24);
+    auto check = [&](const cuda::DeviceBuffer& f32, const cuda::DeviceBuffer& twin,
+                     const std::vector<float>& plain, const std::string& what) {
+      const auto got = download<float>(f32, plain.size());
+      const auto bits = download<uint16_t>(twin, plain.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < plain.size(); ++i) {
+        if (got[i] != plain[i] && bad++ < 3)
+          ADD_FAILURE() << what << " [" << i << "] " << got[i] << " vs " << plain[i];
+        if (bits[i] != f32_to_bf16(got[i]) && bad++ < 3)
+          ADD_FAILURE() << what << " twin [" << i << "] " << bits[i] << " vs "
+                        << f32_to_bf16(got[i]);
+      }
+      EXPECT_EQ(bad, 0u) << what;
+    };
+    const std::string at = " dim " + std::to_string(dim);
+    auto dh = upload(h), dw = upload(w);
+    cuda::DeviceBuffer y(h.size() * 4), twin(h.size() * 2);
+    cuda::rmsnorm(dh.as<float>(), dw.as<float>(), n, dim, 1e-6f, y.as<float>(), nullptr);
+    const auto plain_norm = download<float>(y, h.size());
+    cuda::rmsnorm(dh.as<float>(), dw.as<float>(), n, dim, 1e-6f, y.as<float>(), nullptr,
+                  twin.as<uint16_t>());
+    check(y, twin, plain_norm, "rmsnorm" + at);
+
+    auto dd = upload(d), dw2 = upload(w2), dh2 = upload(h);
+    cuda::residual_norm(dh.as<float>(), dd.as<float>(), dw.as<float>(), dw2.as<float>(),
+                        y.as<float>(), n, dim, 1e-6f, nullptr);
+    const auto plain_x = download<float>(y, h.size());
+    cuda::residual_norm(dh2.as<float>(), dd.as<float>(), dw.as<float>(), dw2.as<float>(),
+                        y.as<float>(), n, dim, 1e-6f, nullptr, 1.f, twin.as<uint16_t>());
+    check(y, twin, plain_x, "residual_norm" + at);
+
+    // Gated halves: gu = [n, 2 · dim] (gate, then up).
+    const auto gu = random_floats(size_t(2 * n * dim), 25, 3.f);
+    auto dgu = upload(gu);
+    for (int act = 0; act < 2; ++act) {
+      std::vector<float> want(size_t(n * dim)), up(size_t(n * dim));
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < dim; ++i) {
+          want[size_t(t * dim + i)] = gu[size_t(t * 2 * dim + i)];
+          up[size_t(t * dim + i)] = gu[size_t(t * 2 * dim + dim + i)];
+        }
+      (act == 0 ? cpu::silu_mul : cpu::gelu_tanh_mul)(want.data(), up.data(), n * dim);
+      auto halves = act == 0 ? cuda::silu_mul_halves : cuda::gelu_tanh_mul_halves;
+      halves(dgu.as<float>(), n, dim, y.as<float>(), nullptr, nullptr);
+      const auto plain = download<float>(y, want.size());
+      expect_close(plain, want, 2e-6, 1e-6, (act == 0 ? "silu halves" : "gelu halves") + at);
+      halves(dgu.as<float>(), n, dim, y.as<float>(), nullptr, twin.as<uint16_t>());
+      check(y, twin, plain, (act == 0 ? "silu halves" : "gelu halves") + at);
+    }
+  }
 }
 
 TEST_F(CudaKernels, GatedActivationsAndSoftcapMatchCpu) {

@@ -235,6 +235,11 @@ struct Decoder::Impl {
   int64_t key_class = 64;
   // Every sequence of the step decodes one token (PagedAttention::one_new_key).
   bool one_token_per_sequence = false;
+  // Steps whose projections are bf16 GEMMs (not fused GEMVs) under bf16
+  // GEMM inputs: the kernels that produce a projection's input (the norms,
+  // the gated activation) also write it rounded to bf16 in `twin`, which the
+  // projection right after reads instead of launching split_bf16 (twin_out).
+  bool twins = false;
   size_t weight_bytes = 0, streamed_bytes = 0, kv_bytes = 0;
 
   cudaStream_t stream = nullptr;
@@ -247,8 +252,8 @@ struct Decoder::Impl {
   std::vector<Layer> layers;
 
   // Activations for max_tokens tokens.
-  DeviceBuffer h, h_alt, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, logits,
-      partial;
+  DeviceBuffer h, h_alt, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, twin,
+      logits, partial;
   DeviceBuffer halves;   // [2, max_tokens, widest non-head projection] f32: the hi/lo GEMM output
   DeviceBuffer dequant;  // bf16 hi, then lo, rows of an affine matrix for prefill (empty: none)
 
@@ -350,10 +355,15 @@ struct Decoder::Impl {
   }
   bool gemv_path(const DevMatrix& w, int64_t n) const { return n <= gemv_limit(w); }
 
+  // Where this step's input producers write the bf16 twin (null: nowhere).
+  uint16_t* twin_out() { return twins ? twin.as<uint16_t>() : nullptr; }
+
   // y[n, rows] = x[n, cols] · Wᵀ (+ bias), with `fusion` (GEMV steps only:
-  // fused_step); `op` names it in profiles.
+  // fused_step); `op` names it in profiles. xin_bf16: xin rounded to bf16
+  // by the kernel that wrote it (twin_out), used by a dense bf16 GEMM under
+  // bf16 GEMM inputs in place of a split_bf16 launch.
   void linear(const char* op, const DevMatrix& w, const DeviceBuffer& bias, const float* xin,
-              int64_t n, float* y, GemvFusion fusion = {}) {
+              int64_t n, float* y, GemvFusion fusion = {}, const uint16_t* xin_bf16 = nullptr) {
     if (leaves_out(op)) return;
     if (gemv_path(w, n)) {
       fusion.bias = ptr(bias);
@@ -391,7 +401,9 @@ struct Decoder::Impl {
       const float one = 1.f, zero = 0.f;
       // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W
       // read as the transpose of its column-major [cols, rows] view.
-      if (w.dtype == DType::BF16) {
+      if (w.dtype == DType::BF16 && bf16_gemm_inputs && xin_bf16) {
+        gemm_bf16(w.buf.get(), 0, w.rows, w.rows, w.cols, xin_bf16, nullptr, n, y);
+      } else if (w.dtype == DType::BF16) {
         uint16_t* hi = xb.as<uint16_t>();
         uint16_t* lo = bf16_gemm_inputs ? nullptr : hi + n * w.cols;
         split_bf16(xin, n * w.cols, hi, lo, stream);
@@ -476,6 +488,7 @@ struct Decoder::Impl {
     const ModelSpec& s = spec;
     const int64_t D = s.hidden, V = s.vocab;
     const Fuse fuse = fused_step(T);
+    twins = bf16_gemm_inputs && fuse == Fuse::None;
     hcur = h.as<float>();
     hnext = fuse == Fuse::Sandwich ? h_alt.as<float>() : nullptr;
     float* hp = hcur;
@@ -509,9 +522,10 @@ struct Decoder::Impl {
       }
     }
     gather_rows(hcur, dev<int32_t>(off_logit_rows), R, D, xp, stream);
-    rmsnorm(xp, ptr(final_norm), R, D, s.norm_eps, xp, stream);
+    rmsnorm(xp, ptr(final_norm), R, D, s.norm_eps, xp, stream, twin_out());
     mark("final norm");
-    linear("head", head_tied ? embed : head, DeviceBuffer(), xp, R, logits.as<float>());
+    linear("head", head_tied ? embed : head, DeviceBuffer(), xp, R, logits.as<float>(), {},
+           twin_out());
     if (s.final_softcap > 0.0f) softcap(logits.as<float>(), R * V, s.final_softcap, stream);
     mark("logit softcap");
   }
@@ -579,10 +593,12 @@ struct Decoder::Impl {
       if (pre) advance_stream();
     } else {
       if (!x_ready) {
-        rmsnorm(hp, ptr(L.attn_in_norm), T, D, s.norm_eps, xp, stream);
+        rmsnorm(hp, ptr(L.attn_in_norm), T, D, s.norm_eps, xp, stream, twin_out());
         mark("attn norm");
       }
-      linear("qkv proj", L.qkv, L.qkv_bias, xp, T, qkv.as<float>());
+      // x and its twin: from the norm above, or the previous layer's
+      // residual_norm (x_ready).
+      linear("qkv proj", L.qkv, L.qkv_bias, xp, T, qkv.as<float>(), {}, twin_out());
     }
     const StepLayout at = layout(ls.kind);
     Layer& src = layers[size_t(ls.kv_source)];
@@ -696,7 +712,7 @@ struct Decoder::Impl {
     if (fuse == Fuse::Sandwich) return;
     if (!leaves_out("residual + norm"))
       residual_norm(hcur, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps,
-                    stream);
+                    stream, 1.f, twin_out());
     mark("residual + norm");
   }
 
@@ -722,11 +738,11 @@ struct Decoder::Impl {
              L.gate_up, L.gate_up_bias, from_stream ? hcur : xp, T, gate.as<float>(), f);
       if (fuse == Fuse::Sandwich) advance_stream();
     } else {
-      linear("gate/up proj", L.gate_up, L.gate_up_bias, xp, T, gate_up.as<float>());
+      linear("gate/up proj", L.gate_up, L.gate_up_bias, xp, T, gate_up.as<float>(), {}, twin_out());
       if (s.activation == Activation::SiLU)
-        silu_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
+        silu_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream, twin_out());
       else
-        gelu_tanh_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream);
+        gelu_tanh_mul_halves(gate_up.as<float>(), T, F, gate.as<float>(), stream, twin_out());
       mark("gated activation");
     }
     float* hp = hcur;
@@ -736,11 +752,13 @@ struct Decoder::Impl {
       linear("down proj (+ residual)", L.down, L.down_bias, gate.as<float>(), T, hp, add);
       return;
     }
-    linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op);
+    // The gate's twin: written by the activation above on twin steps (a
+    // fused step's gate comes from the gate/up GEMV, and twin_out is null).
+    linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op, {}, twin_out());
     if (defer) return;
     if (!leaves_out("residual + norm"))
       residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,
-                    s.norm_eps, stream);
+                    s.norm_eps, stream, 1.f, next_norm ? twin_out() : nullptr);
     mark("residual + norm");
   }
 
@@ -964,6 +982,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     max_cols = std::max<int64_t>(max_cols, s.ple_dim);
   }
   m.xb = DeviceBuffer(2 * T * size_t(max_cols) * 2);  // hi and lo parts
+  m.twin = DeviceBuffer(T * size_t(max_cols) * 2);
   int64_t max_rows = std::max<int64_t>(s.hidden, 2 * max_f);
   max_rows = std::max({max_rows, max_qkv, LP > 0 ? int64_t(LP) : int64_t(0)});
   m.halves = DeviceBuffer(2 * T * size_t(max_rows) * 4);

@@ -17,8 +17,16 @@ unsigned blocks_for(int64_t n) {
   return unsigned(b < 65535 * 16 ? b : 65535 * 16);
 }
 
+// f's bf16 bits, rounded to nearest even (split_bf16's hi part, the bf16
+// twins, core/dtype.h's f32_to_bf16).
+__device__ __forceinline__ uint16_t bf16_bits(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // nearest even; NaN stays NaN
+}
+
 __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                               int64_t dim, float eps, float* __restrict__ y) {
+                               int64_t dim, float eps, float* __restrict__ y,
+                               uint16_t* __restrict__ y_bf16) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float partial[kThreads / 32];
@@ -38,7 +46,12 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restr
   }
   __syncthreads();
   const float r = rsqrtf(partial[0] / float(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * r * (w ? w[i] : 1.f);
+  uint16_t* br = y_bf16 ? y_bf16 + int64_t(blockIdx.x) * dim : nullptr;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
+    const float v = xr[i] * r * (w ? w[i] : 1.f);
+    yr[i] = v;
+    if (br) br[i] = bf16_bits(v);
+  }
 }
 
 // The one gated activation: out[r, i] = act(gate[r, i]) · up[r, i] over rows
@@ -47,23 +60,26 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restr
 template <int Act>
 __global__ void gated_kernel(const float* __restrict__ gate, int64_t gate_stride,
                              const float* __restrict__ up, int64_t up_stride, float* out,
-                             int64_t out_stride, int64_t dim) {
+                             int64_t out_stride, int64_t dim, uint16_t* __restrict__ out_bf16) {
   pdl_launch_dependents();
   pdl_wait();
   const int64_t r = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= dim) return;
   const float g = gate[r * gate_stride + i];
-  out[r * out_stride + i] = (Act == 0 ? silu(g) : gelu_tanh(g)) * up[r * up_stride + i];
+  const float v = (Act == 0 ? silu(g) : gelu_tanh(g)) * up[r * up_stride + i];
+  out[r * out_stride + i] = v;
+  if (out_bf16) out_bf16[r * out_stride + i] = bf16_bits(v);
 }
 
 template <int Act>
 void gated(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, float* out,
-           int64_t out_stride, int64_t rows, int64_t dim, cudaStream_t stream) {
+           int64_t out_stride, int64_t rows, int64_t dim, cudaStream_t stream,
+           uint16_t* out_bf16 = nullptr) {
   if (rows <= 0 || dim <= 0) return;
   const dim3 grid(unsigned((dim + kThreads - 1) / kThreads), unsigned(rows));
   launch(gated_kernel<Act>, grid, kThreads, 0, stream, gate, gate_stride, up, up_stride, out,
-         out_stride, dim);
+         out_stride, dim, out_bf16);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -156,7 +172,8 @@ template <int PER>
 __global__ void __launch_bounds__(kRowThreads)
     residual_norm_regs_kernel(float* __restrict__ h, const float* __restrict__ delta,
                               const float* __restrict__ delta_w, const float* __restrict__ next_w,
-                              float* __restrict__ x, int64_t dim, float eps, float h_scale) {
+                              float* __restrict__ x, int64_t dim, float eps, float h_scale,
+                              uint16_t* __restrict__ x_bf16) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float partial[kRowThreads / 32];
@@ -188,18 +205,22 @@ __global__ void __launch_bounds__(kRowThreads)
   if (!x) return;
   const float r2 = rsqrtf(block_sum<kRowThreads>(ss, partial) / float(dim) + eps);
   float* xr = x + int64_t(blockIdx.x) * dim;
+  uint16_t* br = x_bf16 ? x_bf16 + int64_t(blockIdx.x) * dim : nullptr;
 #pragma unroll
   for (int i = 0; i < PER; ++i) {
     const int64_t k = threadIdx.x + int64_t(i) * kRowThreads;
     if (k >= dim) break;
-    xr[k] = hv[i] * r2 * (next_w ? next_w[k] : 1.f);
+    const float v = hv[i] * r2 * (next_w ? next_w[k] : 1.f);
+    xr[k] = v;
+    if (br) br[k] = bf16_bits(v);
   }
 }
 
 __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restrict__ delta,
                                      const float* __restrict__ delta_w,
                                      const float* __restrict__ next_w, float* __restrict__ x,
-                                     int64_t dim, float eps, float h_scale) {
+                                     int64_t dim, float eps, float h_scale,
+                                     uint16_t* __restrict__ x_bf16) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float partial[kThreads / 32];
@@ -220,8 +241,12 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restr
   if (!x) return;
   const float r2 = rsqrtf(block_sum<kThreads>(ss, partial) / float(dim) + eps);
   float* xr = x + int64_t(blockIdx.x) * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads)
-    xr[i] = hr[i] * r2 * (next_w ? next_w[i] : 1.f);
+  uint16_t* br = x_bf16 ? x_bf16 + int64_t(blockIdx.x) * dim : nullptr;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
+    const float v = hr[i] * r2 * (next_w ? next_w[i] : 1.f);
+    xr[i] = v;
+    if (br) br[i] = bf16_bits(v);
+  }
 }
 
 __global__ void add_halves_kernel(const float* __restrict__ src, int64_t half,
@@ -231,11 +256,6 @@ __global__ void add_halves_kernel(const float* __restrict__ src, int64_t half,
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < half;
        i += int64_t(gridDim.x) * kThreads)
     dst[i] = src[i] + src[half + i];
-}
-
-__device__ __forceinline__ uint16_t bf16_bits(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // nearest even; NaN stays NaN
 }
 
 __global__ void split_bf16_kernel(const float* __restrict__ src, int64_t n,
@@ -289,9 +309,9 @@ void embed_rows_f32(const float* table, int64_t dim, const int32_t* ids, int64_t
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
-             cudaStream_t stream) {
+             cudaStream_t stream, uint16_t* y_bf16) {
   if (n <= 0) return;
-  launch(rmsnorm_kernel, unsigned(n), kThreads, 0, stream, x, w, dim, eps, y);
+  launch(rmsnorm_kernel, unsigned(n), kThreads, 0, stream, x, w, dim, eps, y, y_bf16);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -353,35 +373,37 @@ void split_bf16(const float* src, int64_t n, uint16_t* hi, uint16_t* lo, cudaStr
 }
 
 void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
-                   float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream,
-                   float h_scale) {
+                   float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream, float h_scale,
+                   uint16_t* x_bf16) {
   if (n <= 0) return;
   const int64_t per = (dim + kRowThreads - 1) / kRowThreads;
   const unsigned rows = unsigned(n);
   if (per <= 2)
     launch(residual_norm_regs_kernel<2>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps, h_scale);
+           dim, eps, h_scale, x_bf16);
   else if (per <= 4)
     launch(residual_norm_regs_kernel<4>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps, h_scale);
+           dim, eps, h_scale, x_bf16);
   else if (per <= 8)
     launch(residual_norm_regs_kernel<8>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps, h_scale);
+           dim, eps, h_scale, x_bf16);
   else if (per <= 16)
     launch(residual_norm_regs_kernel<16>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w,
-           x, dim, eps, h_scale);
+           x, dim, eps, h_scale, x_bf16);
   else
     launch(residual_norm_kernel, rows, kThreads, 0, stream, h, delta, delta_w, next_w, x, dim, eps,
-           h_scale);
+           h_scale, x_bf16);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void silu_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream) {
-  gated<0>(gu, 2 * F, gu + F, 2 * F, out, F, n, F, stream);
+void silu_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream,
+                     uint16_t* out_bf16) {
+  gated<0>(gu, 2 * F, gu + F, 2 * F, out, F, n, F, stream, out_bf16);
 }
 
-void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream) {
-  gated<1>(gu, 2 * F, gu + F, 2 * F, out, F, n, F, stream);
+void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream,
+                          uint16_t* out_bf16) {
+  gated<1>(gu, 2 * F, gu + F, 2 * F, out, F, n, F, stream, out_bf16);
 }
 
 void add_halves(const float* src, int64_t half, float* dst, cudaStream_t stream) {

@@ -83,9 +83,12 @@ void embed_rows_f32(const float* table, int64_t dim, const int32_t* ids, int64_t
                     float* out, cudaStream_t stream);
 
 // y[t] = x[t] · rsqrt(mean(x[t]²) + eps) · w over n rows of dim (in place
-// allowed); w already holds Gemma's +1; null w: no weight.
+// allowed); w already holds Gemma's +1; null w: no weight. y_bf16 (when
+// set): y rounded to bf16 as split_bf16's hi part rounds it, the input of a
+// bf16 GEMM without a split launch of its own (the same for residual_norm's
+// x_bf16 and the gated activations' out_bf16).
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y,
-             cudaStream_t stream);
+             cudaStream_t stream, uint16_t* y_bf16 = nullptr);
 
 // gate[i] = act(gate[i]) · up[i], i < n.
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream);
@@ -275,12 +278,14 @@ void qkv_post(const float* qkv, int64_t n, const StepLayout& at, const QkvPost& 
 // block's input norm). Rows of `dim`, t < n.
 void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
                    float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream,
-                   float h_scale = 1.f);
+                   float h_scale = 1.f, uint16_t* x_bf16 = nullptr);
 
 // out[t, i] = act(gu[t, i]) · gu[t, F + i] for t < n, i < F: the gated MLP
 // activation over the fused gate/up projection [n, 2F].
-void silu_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream);
-void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream);
+void silu_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream,
+                     uint16_t* out_bf16 = nullptr);
+void gelu_tanh_mul_halves(const float* gu, int64_t n, int64_t F, float* out, cudaStream_t stream,
+                          uint16_t* out_bf16 = nullptr);
 
 // An unfused part of qkv_post (the tests' reference for its layout): writes
 // rows [n, kv_dim] to the paged storage at each token's position (layout as
