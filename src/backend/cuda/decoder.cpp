@@ -770,13 +770,19 @@ struct Decoder::Impl {
     const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
     float *hp = hcur, *gp = ple_gate.as<float>(), *op = out.as<float>();
     linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp);
-    if (s.activation == Activation::SiLU)
+    // The block's kernels go with it under leave_out("ple") (benchmarks).
+    if (leaves_out("ple activation")) {
+      // skipped (leave_out)
+    } else if (s.activation == Activation::SiLU) {
       silu_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
-    else
+    } else {
       gelu_tanh_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+    }
     mark("ple activation");
     linear("ple proj", L.ple_proj, DeviceBuffer(), gp, T, op);
-    residual_norm(hp, op, ptr(L.ple_out_norm), nullptr, nullptr, T, D, s.norm_eps, stream, scalar);
+    if (!leaves_out("ple norm + add"))
+      residual_norm(hp, op, ptr(L.ple_out_norm), nullptr, nullptr, T, D, s.norm_eps, stream,
+                    scalar);
     mark(scalar != 1.0f ? "ple norm + add, layer scalar" : "ple norm + add");
   }
 
