@@ -172,9 +172,9 @@ int64_t decode_warp_keys(int64_t tile_keys) {
 // splits), gemma-3-1b context 128 769 / 761 / 741, context 1024 731 / 753 /
 // 740; gemma-4-e2b 372 / 368 / 360 and 356 / 365 / 362; at context 4,096
 // (one-warp blocks at dim 256) 32 splits or one per 64 keys: gemma-3-1b
-// 727 → 748, gemma-4-e2b 358 → 364. Blocks of key warps
-// keep attention_splits' 64 (llama-3.2-1b at context 4096: 872 with 32, 922
-// with 64; qwen3-1.7b 544 / 575).
+// 727 → 748, gemma-4-e2b 358 → 364. Key warps are not capped here: they
+// take up to attention_splits' 64 warps (llama-3.2-1b at context 4096: 872
+// with 32, 922 with 64; qwen3-1.7b 544 / 575).
 constexpr int64_t kOneWarpMaxSplits = 32;
 
 int64_t decode_min_split_keys() {

@@ -451,11 +451,11 @@ int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated) {
 }
 
 bool gemv_pre_add_fits(int64_t n, int64_t cols) {
+  if (n < 1 || n > kGemvPreAddMaxRows) return false;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  return n >= 1 && n <= kGemvPreAddMaxRows &&
-         pre_add_smem_bytes(int(n), cols) + pre_add_static_bytes(int(n)) <=
-             launch_limits(device).smem_optin;
+  return pre_add_smem_bytes(int(n), cols) + pre_add_static_bytes(int(n)) <=
+         launch_limits(device).smem_optin;
 }
 
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
@@ -465,9 +465,9 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
                    (!fusion.normalize || !fusion.norm_weight || aligned16(fusion.norm_weight));
   // pre_add: one batch run (its pointers are not offset per run).
   static_assert(kGemvPreAddMaxRows <= kMaxBatch, "a pre_add GEMV is one batch run");
-  const bool pre_add_ok = fusion.pre_add && vec && n <= kGemvPreAddMaxRows &&
-                          aligned16(fusion.pre_add) && aligned16(fusion.pre_add_weight) &&
-                          aligned16(fusion.residual_out) && gemv_pre_add_fits(n, cols);
+  const bool pre_add_ok = fusion.pre_add && vec && aligned16(fusion.pre_add) &&
+                          aligned16(fusion.pre_add_weight) && aligned16(fusion.residual_out) &&
+                          gemv_pre_add_fits(n, cols);
   check_fusion(fusion, rows, "gemv_bf16", pre_add_ok);
   if (!vec) {
     launch_any<uint16_t, false>(W, rows, cols, x, n, y, fusion, stream);
