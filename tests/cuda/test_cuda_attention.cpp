@@ -13,7 +13,9 @@
 // reads the same rounded values; same tolerances), the decode part through
 // both kernels (the tensor-core one, for bf16 rows of the shapes it takes,
 // at the prefill kernel's tolerance), and the KV write rounds bf16 rows bit
-// for bit as core/dtype.h does.
+// for bit as core/dtype.h does. Every attention run also writes the
+// output's bf16 twin (PagedAttention::out_bf16), which must be each output
+// value rounded as core/dtype.h rounds it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,6 +46,17 @@ class CudaAttention : public testing::Test {
     if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
   }
 };
+
+// The bf16 twin an attention run wrote: each value of `out` rounded.
+void expect_twin(const cuda::DeviceBuffer& twin, const std::vector<float>& out,
+                 const std::string& what) {
+  const auto got = download<uint16_t>(twin, out.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (got[i] != f32_to_bf16(out[i]) && bad++ < 3)
+      ADD_FAILURE() << what << " twin [" << i << "] " << got[i] << " for " << out[i];
+  EXPECT_EQ(bad, 0u) << what << " twin";
+}
 
 struct Case {
   int64_t heads, kv_heads, head_dim, ctx, n, window;
@@ -184,6 +197,8 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
             gp.multiprocessors = v.multiprocessors;
             gp.bf16_inputs = v.bf16_inputs;
             gp.partial = partial.as<float>();
+            cuda::DeviceBuffer twin(want.size() * 2);
+            gp.out_bf16 = twin.as<uint16_t>();
             cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr, kernel);
             const auto got = download<float>(dout, want.size());
             const std::string what =
@@ -202,6 +217,7 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
                 ADD_FAILURE() << what << " [" << i << "] gpu " << got[i] << " cpu " << want[i];
             }
             EXPECT_EQ(bad, 0u) << what;
+            expect_twin(twin, got, what);
           }
         if (mma)
           std::printf(
@@ -221,10 +237,12 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
         gp.bf16_inputs = bf16_inputs;
         const double tol = bf16_inputs ? 1e-2 : 5e-5;
         const char* how = bf16_inputs ? " (bf16 inputs)" : "";
-        cuda::DeviceBuffer dout(want.size() * sizeof(float));
+        cuda::DeviceBuffer dout(want.size() * sizeof(float)), twin(want.size() * 2);
+        gp.out_bf16 = twin.as<uint16_t>();
         cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), int64_t(tiles.size() / 2),
                                 gp, dout.as<float>(), nullptr);
         const auto got = download<float>(dout, want.size());
+        expect_twin(twin, got, std::string("prefill kernel") + how);
         size_t bad = 0;
         double worst = 0;
         for (size_t i = 0; i < got.size(); ++i) {

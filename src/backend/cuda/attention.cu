@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t h = kvh * group + g0 + g;
     const float l = ls[g];
     if (p.splits == 1) {
-      out[t * q_dim + h * Dh + d] = l > 0.f ? acc[i] / l : 0.f;
+      store_out(p, out, t * q_dim + h * Dh + d, l > 0.f ? acc[i] / l : 0.f);
     } else {
       float* part = split_partial(p, t, h, split, Dh);
       if (d == 0) {
@@ -277,7 +277,7 @@ __global__ void attention_combine_kernel(PagedAttention p, float* __restrict__ o
     for (int i = 0; i < kPerLane; ++i) scale[threadIdx.x + 32 * i] = gl > 0.f ? w[i] / gl : 0.f;
   }
   __syncthreads();
-  float* oh = out + th * p.head_dim;
+  const int64_t oh = th * p.head_dim;
   constexpr int kBatch = 16;
   static_assert(kMaxSplits % kBatch == 0, "scale[] covers every batch");
   for (int d = threadIdx.x; d < int(p.head_dim); d += blockDim.x) {
@@ -290,7 +290,7 @@ __global__ void attention_combine_kernel(PagedAttention p, float* __restrict__ o
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) o += v[i] * scale[s + i];
     }
-    oh[d] = o;
+    store_out(p, out, oh + d, o);
   }
 }
 

@@ -145,7 +145,7 @@ __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], flo
     }
     const int64_t h = int64_t(kvh) * G + r;
     if (p.splits == 1) {
-      out[t * p.heads * DH + h * DH + d] = l > 0.f ? acc / l : 0.f;
+      store_out(p, out, t * p.heads * DH + h * DH + d, l > 0.f ? acc / l : 0.f);
     } else {
       float* part = split_partial(p, t, h, split, DH);
       if (d == 0) {
@@ -329,11 +329,10 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
       const int64_t h = int64_t(kvh) * G + r;
       if (p.splits == 1) {
         const float inv = l > 0.f ? 1.f / l : 0.f;
-        float* dst = out + t * q_dim + h * DH + warp * DO + 2 * tq;
+        const int64_t at = t * q_dim + h * DH + warp * DO + 2 * tq;
 #pragma unroll
         for (int n = 0; n < DO / 8; ++n)
-          *reinterpret_cast<float2*>(dst + n * 8) =
-              make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
+          store_out2(p, out, at + n * 8, o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
       } else {
         float* part = split_partial(p, t, h, split, DH);
         if (tq == 0 && warp == 0) {

@@ -265,11 +265,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int d = d0 + n * 8 + 2 * tq;
     if (d >= Dh) break;
     if (r0 < rows)
-      *reinterpret_cast<float2*>(out + size_t(t0 + r0) * q_dim + h * Dh + d) =
-          make_float2(o[n][0] * inv0, o[n][1] * inv0);
+      store_out2(p, out, int64_t(t0 + r0) * q_dim + h * Dh + d, o[n][0] * inv0, o[n][1] * inv0);
     if (r1 < rows)
-      *reinterpret_cast<float2*>(out + size_t(t0 + r1) * q_dim + h * Dh + d) =
-          make_float2(o[n][2] * inv1, o[n][3] * inv1);
+      store_out2(p, out, int64_t(t0 + r1) * q_dim + h * Dh + d, o[n][2] * inv1, o[n][3] * inv1);
   }
 }
 

@@ -153,11 +153,12 @@ int decode_blocks_per_sm() {
   return n;
 }
 // Key warps per tensor-core decode block (PagedAttention::key_warps): the
-// kernel's most unless TANDEM_DECODE_KEY_WARPS caps it (1: one-warp
-// blocks); and the most keys a warp keeps before a step splits over
-// blocks: two of the kernel's key tiles (64 keys at dims 64 and 128, 32 at
-// 256), unless TANDEM_DECODE_WARP_KEYS says otherwise (llama-3.2-1b at
-// batch 1, context 1024, 64 / 128 / 256: 959 / 956 / 910 tok/s).
+// kernel's most unless TANDEM_DECODE_KEY_WARPS is below it (one-warp blocks
+// then: the kernel has no shapes in between); and the most keys a warp
+// keeps before a step splits over blocks: two of the kernel's key tiles (64
+// keys at dims 64 and 128, 32 at 256), unless TANDEM_DECODE_WARP_KEYS says
+// otherwise (llama-3.2-1b at batch 1, context 1024, 64 / 128 / 256: 959 /
+// 956 / 910 tok/s).
 int decode_key_warps() {
   static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_KEY_WARPS", 8), 1, 8));
   return n;
@@ -237,8 +238,9 @@ struct Decoder::Impl {
   bool one_token_per_sequence = false;
   // Steps whose projections are bf16 GEMMs (not fused GEMVs) under bf16
   // GEMM inputs: the kernels that produce a projection's input (the norms,
-  // the gated activation) also write it rounded to bf16 in `twin`, which the
-  // projection right after reads instead of launching split_bf16 (twin_out).
+  // the gated activation, the attention kernels) also write it rounded to
+  // bf16 in `twin`, which the projection right after reads instead of
+  // launching split_bf16 (twin_out).
   bool twins = false;
   size_t weight_bytes = 0, streamed_bytes = 0, kv_bytes = 0;
 
@@ -641,12 +643,16 @@ struct Decoder::Impl {
     p.bf16_inputs = bf16_gemm_inputs;  // the attention kernels' q and weights, as the GEMMs'
     p.multiprocessors = multiprocessors;
     p.one_new_key = one_token_per_sequence;
+    p.out_bf16 = twin_out();  // the o projection's input, rounded by the attention kernels
     // Key-range splits for the decode kernel this layer takes: on CUDA
     // cores, enough 128-thread blocks for 2 per SM; on tensor cores, warps
     // for decode_blocks_per_sm() per SM — one-warp blocks (head dim 512)
     // or blocks of key warps that merge in shared memory (decode_key_warps).
     const bool mma = attention_decode_mma_supported(p);
-    const int key_warps = mma ? std::min(attention_decode_key_warps(p), decode_key_warps()) : 1;
+    // The kernel is built for one key warp or its most (a cap in between
+    // takes one: there is no launch of that shape).
+    const int most_key_warps = mma ? attention_decode_key_warps(p) : 1;
+    const int key_warps = decode_key_warps() >= most_key_warps ? most_key_warps : 1;
     const int64_t tile_keys = mma ? attention_decode_tile_keys(p) : 1;
     // The most keys a token of this step attends on this layer (a class).
     const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
@@ -708,7 +714,7 @@ struct Decoder::Impl {
       return;
     }
     float* op = out.as<float>();
-    linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op);
+    linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op, {}, twin_out());
     if (fuse == Fuse::Sandwich) return;
     if (!leaves_out("residual + norm"))
       residual_norm(hcur, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps,

@@ -177,6 +177,11 @@ struct PagedAttention {
   // The device's SM count, when known: a grid of (token, kv head, split)
   // blocks that fills it keeps each kv head's query heads in one block.
   int multiprocessors = 0;
+  // When set ([n, heads·head_dim]), every kernel that writes a final output
+  // value also writes it rounded to bf16 here: the o projection's GEMM input
+  // under bf16 GEMM inputs, so it needs no split_bf16 launch (the decoder's
+  // bf16 twin).
+  uint16_t* out_bf16 = nullptr;
 };
 // q, out: [n, heads·head_dim]. Two kernels keep this contract: one on
 // tensor cores (attention_decode_mma: bf16 rows, up to 16 query heads per kv

@@ -13,6 +13,19 @@
 
 namespace tandem::cuda {
 
+// An attention output value out[i] (and its bf16 twin when
+// PagedAttention::out_bf16 is set); store_out2: values i and i + 1 (i even).
+__device__ __forceinline__ void store_out(const PagedAttention& p, float* out, int64_t i, float v) {
+  out[i] = v;
+  if (p.out_bf16) p.out_bf16[i] = uint16_t(bf16_bits(v));
+}
+__device__ __forceinline__ void store_out2(const PagedAttention& p, float* out, int64_t i, float a,
+                                           float b) {
+  *reinterpret_cast<float2*>(out + i) = make_float2(a, b);
+  if (p.out_bf16)
+    *reinterpret_cast<uint32_t*>(p.out_bf16 + i) = bf16_bits(a) | (bf16_bits(b) << 16);
+}
+
 // A sequence's rows of one kv head in a layer's paged storage: key j is row
 // j % block_size of block table[j / block_size] (the table already shifted
 // by the sequence's first block on sliding layers), at `head_offset` values
