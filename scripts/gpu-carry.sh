@@ -17,7 +17,7 @@ set -eu
 build=${1:-build-gpu}
 stage=$(mktemp -d)
 mkdir -p "$stage/build-gpu" build-carry
-for f in tandem_cuda_tests bench_cuda_decode bench_cuda_attention bench_cuda_vision tandem loadgen; do
+for f in tandem_cuda_tests bench_cuda_decode bench_cuda_attention bench_cuda_gemm bench_cuda_vision tandem loadgen; do
   [ -x "$build/$f" ] && cp "$build/$f" "$stage/build-gpu/" && strip "$stage/build-gpu/$f"
 done
 # Shared libraries the GPU machine's image may lack (cpp-httplib, libcurl,

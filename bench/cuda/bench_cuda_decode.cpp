@@ -49,6 +49,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/decoder.h"
 #include "backend/cuda/runtime.h"
+#include "cuda_bench_util.h"
 #include "model/decoder.h"
 #include "model/kv_pool.h"
 #include "model/model.h"
@@ -57,20 +58,6 @@
 using namespace tandem;
 
 namespace {
-
-double copy_gbs() {
-  const size_t bytes = size_t(2) << 30;
-  cuda::DeviceBuffer a(bytes), b(bytes);
-  CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
-  CUDA_CHECK(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 10; ++i)
-    CUDA_CHECK(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return 2.0 * double(bytes) * 10 / s / 1e9;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -244,7 +231,7 @@ int main(int argc, char** argv) {
   }
   const double step_bytes = double(dec.streamed_bytes()) + double(batch) * kv_bytes;
   const double gbs = step_bytes * steps_s / 1e9;
-  const double peak = copy_gbs();
+  const double peak = bench::copy_gbs();
   // Parameters streamed (for prefill TFLOP/s): bytes over the stored width
   // (quantized: the codes plus f32 scale and bias per group of 64).
   const double width = quantize ? double(quantize) / 8 + 8.0 / 64 : dtype == "f32" ? 4.0 : 2.0;

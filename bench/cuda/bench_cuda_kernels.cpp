@@ -15,6 +15,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
+#include "cuda_bench_util.h"
 
 using namespace tandem;
 
@@ -31,26 +32,6 @@ struct ModelShape {
   int64_t layers;
 };
 
-// Read bandwidth reference: a large device-to-device copy (read + write bytes).
-double copy_gbs() {
-  const size_t bytes = size_t(4) << 30;
-  cuda::DeviceBuffer a(bytes), b(bytes);
-  CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
-  cudaEvent_t t0, t1;
-  CUDA_CHECK(cudaEventCreate(&t0));
-  CUDA_CHECK(cudaEventCreate(&t1));
-  CUDA_CHECK(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
-  CUDA_CHECK(cudaEventRecord(t0));
-  const int reps = 10;
-  for (int i = 0; i < reps; ++i)
-    CUDA_CHECK(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
-  CUDA_CHECK(cudaEventRecord(t1));
-  CUDA_CHECK(cudaEventSynchronize(t1));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-  return 2.0 * double(bytes) * reps / (ms * 1e-3) / 1e9;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,7 +42,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const cuda::DeviceInfo dev = cuda::device_info(0);
-  const double peak = copy_gbs();
+  const double peak = bench::copy_gbs();
   std::fprintf(stderr, "%s: copy bandwidth %.0f GB/s (nominal %.0f)\n", dev.name.c_str(), peak,
                dev.peak_bandwidth_gbs);
   const std::vector<ModelShape> models = {

@@ -1,0 +1,178 @@
+// The projections of batched decode steps at real model shapes, through the
+// decoder's cuBLAS call (cublasGemmEx, bf16 x bf16 -> f32), for 8 to 128
+// tokens. Each projection is timed over one weight buffer per layer (a
+// model's worth, several times the L2), so every launch streams from HBM,
+// captured in one CUDA graph as the decoder's steps are (device time, no
+// per-call host overhead). Prints µs a launch, GB/s of weights and the
+// fraction of the device-to-device copy bandwidth, one line per (model,
+// projection, tokens).
+//
+//   bench_cuda_gemm [--json] [--model NAME]
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/cublas_check.h"
+#include "backend/cuda/runtime.h"
+#include "cuda_bench_util.h"
+
+using namespace tandem;
+
+namespace {
+
+struct Projection {
+  const char* name;
+  int64_t rows, cols;
+};
+
+struct ModelShape {
+  const char* model;
+  int64_t layers;
+  std::vector<Projection> projections;  // the last one (head) has one copy
+};
+
+// Seconds per call of `f` (work on `stream`), averaged over `reps` after
+// one warm-up.
+double time_calls(const std::function<void()>& f, int reps, cudaStream_t stream) {
+  cudaEvent_t t0, t1;
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  f();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaEventRecord(t0, stream));
+  for (int i = 0; i < reps; ++i) f();
+  CUDA_CHECK(cudaEventRecord(t1, stream));
+  CUDA_CHECK(cudaEventSynchronize(t1));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  CUDA_CHECK(cudaEventDestroy(t0));
+  CUDA_CHECK(cudaEventDestroy(t1));
+  return ms * 1e-3 / reps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0)
+      json = true;
+    else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+      only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_cuda_gemm [--json] [--model NAME]\n");
+      return 2;
+    }
+  }
+  std::string why;
+  if (cuda::device_count(&why) == 0) {
+    std::fprintf(stderr, "bench_cuda_gemm: no usable CUDA device: %s\n", why.c_str());
+    return 1;
+  }
+  const cuda::DeviceInfo dev = cuda::device_info(0);
+  const double peak = bench::copy_gbs();
+  std::fprintf(stderr, "%s: copy bandwidth %.0f GB/s\n", dev.name.c_str(), peak);
+  const std::vector<ModelShape> models = {
+      {"llama-3.2-1b",
+       16,
+       {{"qkv", 3072, 2048},
+        {"o", 2048, 2048},
+        {"gate_up", 16384, 2048},
+        {"down", 2048, 8192},
+        {"head", 128256, 2048}}},
+      {"gemma-3-1b",
+       26,
+       {{"qkv", 1536, 1152},
+        {"o", 1152, 1024},
+        {"gate_up", 13824, 1152},
+        {"down", 1152, 6912},
+        {"head", 262144, 1152}}},
+      {"qwen3-1.7b",
+       28,
+       {{"qkv", 4096, 2048},
+        {"o", 2048, 2048},
+        {"gate_up", 12288, 2048},
+        {"down", 2048, 6144},
+        {"head", 151936, 2048}}},
+      {"gemma-4-e2b",
+       35,
+       {{"qkv", 2560, 1536},
+        {"o", 1536, 2048},
+        {"gate_up", 12288, 1536},
+        {"down", 1536, 6144},
+        {"ple gate", 256, 1536},
+        {"ple proj", 1536, 256},
+        {"head", 262144, 1536}}},
+      {"ministral-3-3b",
+       26,
+       {{"qkv", 6144, 3072},
+        {"o", 3072, 4096},
+        {"gate_up", 18432, 3072},
+        {"down", 3072, 9216},
+        {"head", 131072, 3072}}},
+  };
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  CUBLAS_CHECK(cublasCreate(&blas));
+  CUBLAS_CHECK(cublasSetStream(blas, stream));
+  cuda::DeviceBuffer blas_ws(size_t(32) << 20);
+  CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws.get(), blas_ws.bytes()));
+  for (const ModelShape& m : models) {
+    if (!only.empty() && only != m.model) continue;
+    for (const Projection& p : m.projections) {
+      const bool head = std::strcmp(p.name, "head") == 0;
+      const int64_t copies = head ? 1 : m.layers;
+      std::vector<cuda::DeviceBuffer> weights;
+      for (int64_t l = 0; l < copies; ++l) {
+        weights.emplace_back(size_t(p.rows * p.cols) * 2);
+        CUDA_CHECK(cudaMemset(weights.back().get(), 0x3c, weights.back().bytes()));
+      }
+      const double bytes = double(p.rows * p.cols) * 2;
+      cuda::DeviceBuffer x(size_t(128 * p.cols) * 2), y(size_t(128 * p.rows) * 4);
+      CUDA_CHECK(cudaMemset(x.get(), 0x3c, x.bytes()));
+      for (int64_t n : {8, 16, 32, 64, 128}) {
+        auto launch_all = [&] {
+          const float one = 1.f, zero = 0.f;
+          for (const cuda::DeviceBuffer& w : weights)
+            CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(p.rows), int(n),
+                                      int(p.cols), &one, w.get(), CUDA_R_16BF, int(p.cols), x.get(),
+                                      CUDA_R_16BF, int(p.cols), &zero, y.get(), CUDA_R_32F,
+                                      int(p.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        };
+        // One graph of every copy's launch, replayed.
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        launch_all();
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        const double s =
+            time_calls([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, head ? 20 : 10, stream) /
+            double(copies);
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        const double gbs = bytes / s / 1e9;
+        if (json)
+          std::printf(
+              "{\"model\": \"%s\", \"projection\": \"%s\", \"rows\": %lld, \"cols\": %lld, "
+              "\"tokens\": %lld, \"us\": %.2f, \"gbs\": %.0f, \"fraction\": %.3f}\n",
+              m.model, p.name, (long long)p.rows, (long long)p.cols, (long long)n, s * 1e6, gbs,
+              gbs / peak);
+        else
+          std::printf("%-15s %-9s %6lldx%-5lld n=%-3lld %8.2f us  %6.0f GB/s  %3.0f%%\n", m.model,
+                      p.name, (long long)p.rows, (long long)p.cols, (long long)n, s * 1e6, gbs,
+                      100 * gbs / peak);
+      }
+    }
+  }
+  cublasDestroy(blas);
+  return 0;
+}

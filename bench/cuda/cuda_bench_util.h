@@ -1,0 +1,35 @@
+// Helpers shared by the CUDA benchmark programs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/runtime.h"
+
+namespace tandem::bench {
+
+// The reachable read bandwidth the benchmarks quote fractions of: GB/s of a
+// large device-to-device copy (read + write bytes), after one warm-up copy.
+inline double copy_gbs(size_t bytes = size_t(2) << 30) {
+  cuda::DeviceBuffer a(bytes), b(bytes);
+  CUDA_CHECK(cudaMemset(a.get(), 1, bytes));
+  CUDA_CHECK(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
+  cudaEvent_t t0, t1;
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  CUDA_CHECK(cudaEventRecord(t0));
+  const int reps = 10;
+  for (int i = 0; i < reps; ++i)
+    CUDA_CHECK(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice));
+  CUDA_CHECK(cudaEventRecord(t1));
+  CUDA_CHECK(cudaEventSynchronize(t1));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  CUDA_CHECK(cudaEventDestroy(t0));
+  CUDA_CHECK(cudaEventDestroy(t1));
+  return 2.0 * double(bytes) * reps / (ms * 1e-3) / 1e9;
+}
+
+}  // namespace tandem::bench
