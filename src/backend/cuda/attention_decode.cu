@@ -228,20 +228,21 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
       for (int s = 0; s < ST; ++s) mbarrier_init(bars + s);
     __syncwarp();
   }
-  // Keys past the split's end copy the split's first key's row (finite
-  // values: their weights are 0, and 0 · NaN from stale shared memory is
-  // not).
+  // BULK copies cannot zero-fill: keys past the split's end copy the split's
+  // first key's row instead (finite values: their weights are 0, and 0 · NaN
+  // from stale shared memory would not be).
   const unsigned long long fallback_row = __shfl_sync(0xffffffffu, first_rows, 0);
-  // Keys [kb, kb + KT) ∩ [from, to) into stage st, zeros past the split's
-  // end (every key of a stage is copied once, by one call or two): the K
-  // tile by the whole block, each warp's V dims by the warp. The copies take
-  // each key's row by shuffle from the lane that looked it up (tile_row): a
-  // block-table load per copy was a dependent global load each (the
-  // cp.async asm clobbers memory, so none was reused).
-  // BULK: lane k copies key kb + k's K and V rows whole, on stage st's
-  // barrier; `arm` (once per stage fill, by the call that starts it) sets
-  // the bytes the phase waits for: every key of the tile.
-  // parts (cp.async only): 1 the K tile, 2 the V tile, 3 both, in one group.
+  // Keys [kb, kb + KT) ∩ [from, to) into stage st (every key of a stage is
+  // copied once, by one call or two).
+  //  - cp.async: zeros past the split's end; the K tile by the whole block,
+  //    each warp's V dims by the warp; `parts` 1 copies the K tile, 2 the V
+  //    tile, 3 both, as one commit group. The copies take each key's row by
+  //    shuffle from the lane that looked it up (tile_row): a block-table
+  //    load per copy was a dependent global load each (the cp.async asm
+  //    clobbers memory, so none was reused).
+  //  - BULK: lane k copies key kb + k's K and V rows whole, on stage st's
+  //    barrier; `arm` (once per stage fill, by the call that starts it) sets
+  //    the bytes the phase waits for: every key of the tile.
   auto fill = [&](int kb, int st, unsigned long long my_row, int from, int to, bool arm,
                   int parts = 3) {
     if constexpr (BULK) {
