@@ -22,6 +22,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
+#include "cuda_bench_util.h"
 
 using namespace tandem;
 
@@ -128,16 +129,8 @@ int main(int argc, char** argv) {
             else
               cuda::attention_paged(step.q.as<float>(), T, at, p, step.out.as<float>(), nullptr);
           };
-          run();
-          CUDA_CHECK(cudaDeviceSynchronize());
-          const int reps = prefill_kernel ? 10 : 2;
-          CUDA_CHECK(cudaEventRecord(t0));
-          for (int i = 0; i < reps; ++i) run();
-          CUDA_CHECK(cudaEventRecord(t1));
-          CUDA_CHECK(cudaEventSynchronize(t1));
-          float ms = 0;
-          CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-          const double step_ms = ms / reps, tflops = flops / (step_ms * 1e-3) / 1e12;
+          const double step_ms = 1e3 * bench::seconds_per_call(run, prefill_kernel ? 10 : 2),
+                       tflops = flops / (step_ms * 1e-3) / 1e12;
           const char* kernel = prefill_kernel ? "prefill (tensor cores)" : "decode (CUDA cores)";
           if (json)
             std::printf(

@@ -13,7 +13,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,25 +35,6 @@ struct ModelShape {
   int64_t layers;
   std::vector<Projection> projections;  // the last one (head) has one copy
 };
-
-// Seconds per call of `f` (work on `stream`), averaged over `reps` after
-// one warm-up.
-double time_calls(const std::function<void()>& f, int reps, cudaStream_t stream) {
-  cudaEvent_t t0, t1;
-  CUDA_CHECK(cudaEventCreate(&t0));
-  CUDA_CHECK(cudaEventCreate(&t1));
-  f();
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CUDA_CHECK(cudaEventRecord(t0, stream));
-  for (int i = 0; i < reps; ++i) f();
-  CUDA_CHECK(cudaEventRecord(t1, stream));
-  CUDA_CHECK(cudaEventSynchronize(t1));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-  CUDA_CHECK(cudaEventDestroy(t0));
-  CUDA_CHECK(cudaEventDestroy(t1));
-  return ms * 1e-3 / reps;
-}
 
 }  // namespace
 
@@ -154,9 +134,9 @@ int main(int argc, char** argv) {
         launch_all();
         CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
         CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        const double s =
-            time_calls([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, head ? 20 : 10, stream) /
-            double(copies);
+        const double s = bench::seconds_per_call([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); },
+                                                 head ? 20 : 10, stream) /
+                         double(copies);
         CUDA_CHECK(cudaGraphExecDestroy(exec));
         CUDA_CHECK(cudaGraphDestroy(graph));
         const double gbs = bytes / s / 1e9;

@@ -68,9 +68,6 @@ int main(int argc, char** argv) {
         {"lm_head", 131072, 3072}},
        26},
   };
-  cudaEvent_t t0, t1;
-  CUDA_CHECK(cudaEventCreate(&t0));
-  CUDA_CHECK(cudaEventCreate(&t1));
   for (const ModelShape& m : models) {
     // One buffer per layer and projection, so a step streams the model's
     // real weight bytes (not an L2-resident copy).
@@ -97,16 +94,7 @@ int main(int argc, char** argv) {
                             y.as<float>(), nullptr);
           }
       };
-      step();
-      CUDA_CHECK(cudaDeviceSynchronize());
-      const int reps = 20;
-      CUDA_CHECK(cudaEventRecord(t0));
-      for (int i = 0; i < reps; ++i) step();
-      CUDA_CHECK(cudaEventRecord(t1));
-      CUDA_CHECK(cudaEventSynchronize(t1));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-      const double step_s = ms * 1e-3 / reps;
+      const double step_s = bench::seconds_per_call(step, 20);
       const double gbs = double(model_bytes) / step_s / 1e9;
       const int launches = int(m.layers) * int(m.gemms.size() - 1) + 1;
       if (json)

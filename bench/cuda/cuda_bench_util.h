@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/runtime.h"
@@ -30,6 +31,26 @@ inline double copy_gbs(size_t bytes = size_t(2) << 30) {
   CUDA_CHECK(cudaEventDestroy(t0));
   CUDA_CHECK(cudaEventDestroy(t1));
   return 2.0 * double(bytes) * reps / (ms * 1e-3) / 1e9;
+}
+
+// Seconds per call of `f` (its work on `stream`), averaged over `reps`
+// calls after one warm-up call.
+inline double seconds_per_call(const std::function<void()>& f, int reps,
+                               cudaStream_t stream = nullptr) {
+  cudaEvent_t t0, t1;
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  f();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaEventRecord(t0, stream));
+  for (int i = 0; i < reps; ++i) f();
+  CUDA_CHECK(cudaEventRecord(t1, stream));
+  CUDA_CHECK(cudaEventSynchronize(t1));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  CUDA_CHECK(cudaEventDestroy(t0));
+  CUDA_CHECK(cudaEventDestroy(t1));
+  return ms * 1e-3 / reps;
 }
 
 }  // namespace tandem::bench

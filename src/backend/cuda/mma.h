@@ -57,13 +57,18 @@ __device__ __forceinline__ void mma_parts(float (&d)[4], const uint32_t (&ahi)[4
   if constexpr (!A_EXACT) mma(d, alo, bh0, bh1);
 }
 
+// The shared-memory address of a generic pointer into it (PTX operands).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
 // Four 8x8 b16 matrices from shared memory, lane l giving the address of
 // row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); lane t receives
 // row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1 of each (transposed: rows
 // 2 (t % 4), 2 (t % 4) + 1 of column t / 4) — an mma B fragment each.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(row));
+  const uint32_t a = shared_address(row);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
@@ -71,7 +76,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* ro
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(row));
+  const uint32_t a = shared_address(row);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
@@ -82,7 +87,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16
 // !valid (nothing is read then).
 __device__ __forceinline__ void cp_async16(uint16_t* dst, const void* src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(dst));
+  const uint32_t a = shared_address(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src),
                "r"(valid ? 16 : 0));
 #endif
@@ -107,15 +112,20 @@ __device__ __forceinline__ void cp_async_wait() {
 // thread with the bytes its copies bring (mbarrier_expect_tx), and threads
 // wait for that phase's parity (mbarrier_wait), after which the copied
 // bytes are visible to them. Addresses and sizes: multiples of 16 bytes.
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
+
+// Orders this thread's earlier shared-memory reads before bulk copies it
+// issues next into the same bytes (the copies write through the async proxy).
+__device__ __forceinline__ void fence_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)));
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
+  fence_async_shared();  // the copies' async proxy sees the initialized barrier
 }
 __device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -133,13 +143,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
           "r"(shared_address(dst)),
       "l"(src), "r"(bytes), "r"(shared_address(bar))
       : "memory");
-#endif
-}
-// Orders this thread's earlier shared-memory reads before bulk copies it
-// issues next into the same bytes (the copies write through the async proxy).
-__device__ __forceinline__ void fence_async_shared() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
