@@ -1,7 +1,8 @@
 // Affine 4/8-bit weights on the GPU against the CPU's dequantization
 // (core/quant.h dequantize_row, the reference):
 //  - gemv_affine: |gpu - ref| ≤ 1e-5 · Σ|w·x| + 1e-6 (f32 sums in another
-//    order), bits 4 and 8, groups 32/64/128, batches 1, 3 and 9; and with
+//    order), bits 4 and 8, groups 32/64/128, batches 1, 3 and 9, up to 8,192
+//    columns (batch runs cut to what shared memory stages); and with
 //    each fusion (input norm, bias, residual add, gated activation) against
 //    the unfused math in double (gemv_reference.h states the bound);
 //  - dequantize_affine_bf16 and embed_rows_affine: bit-exact;
@@ -90,7 +91,9 @@ TEST(CudaQuant, GemvMatchesTheDequantizedReference) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
   const int64_t rows = 37;
-  for (int64_t cols : {384, 1152})  // fewer 16-byte chunks than lanes; Gemma 3 1B's width
+  // Fewer 16-byte vectors than lanes; Gemma 3 1B's width; a down projection
+  // wide enough that 9 batch rows' staged activations take two launches (6 + 3).
+  for (int64_t cols : {384, 1152, 8192})
     for (int bits : {4, 8})
       for (int group : {32, 64, 128})
         for (int64_t n : {1, 3, 9}) {

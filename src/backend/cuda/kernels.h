@@ -333,12 +333,14 @@ struct AffineMatrix {
   int bits = 4, group = 64;
   int64_t rows = 0, cols = 0;
 };
-// y[t, r] = Σ_c w[r, c] · x[t, c] for t < n (x 16-byte aligned): the decode
-// GEMV streaming the packed codes (f32 math: Σ (scale · q + bias) · x), with
-// the fusions of GemvFusion.
+// y[t, r] = Σ_c w[r, c] · x[t, c] for t < n (x and the codes 16-byte
+// aligned): the decode GEMV streaming the packed codes in 16-byte loads
+// against activations staged in shared memory (f32 math: Σ (scale · q +
+// bias) · x), with the fusions of GemvFusion (not pre_add).
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                  const GemvFusion& fusion = {});
-// gemv_bf16_split's counterpart over packed words (at least 2 words a lane).
+// gemv_bf16_split's counterpart over 16-byte vectors of packed codes (at
+// least 16 a warp).
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated);
 // out[i, c] = bf16(w[r0 + i, c]) for i < m: tiles for cuBLAS prefill; and,
 // when out_lo is not null, out_lo[i, c] = bf16(w - out[i, c]) (the two
