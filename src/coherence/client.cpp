@@ -39,16 +39,20 @@ struct Outcome {
 
 // Sends `req` with `timeout_s` as the bound of the whole exchange (connect,
 // write, wait, read); at the deadline the socket is closed and the call
-// returns within about 2 s more.
+// returns within about 2 s more. The socket's own read and write timeouts
+// are a backstop 5 s later: set to the bound itself, they raced the deadline
+// (both about timeout_s after the send), and under load the read timeout
+// sometimes won, so a stalled server read as an unreachable one.
 Outcome send_bounded(const std::string& url, httplib::Request req, double timeout_s) {
   auto ex = std::make_shared<Exchange>();
   ex->client = std::make_unique<httplib::Client>(url);
   const auto whole = std::chrono::duration<double>(timeout_s);
   const auto secs = std::chrono::duration_cast<std::chrono::microseconds>(whole);
   const auto connect = std::min(secs, std::chrono::microseconds(10'000'000));
+  const auto backstop = secs + std::chrono::microseconds(5'000'000);
   ex->client->set_connection_timeout(connect);
-  ex->client->set_read_timeout(secs);
-  ex->client->set_write_timeout(secs);
+  ex->client->set_read_timeout(backstop);
+  ex->client->set_write_timeout(backstop);
   ex->request = std::move(req);
   std::thread([ex] {
     httplib::Result r = ex->client->send(ex->request);
@@ -145,7 +149,8 @@ Reply Client::ask(const GoldenCase& c, const std::string& model) const {
   const auto t0 = Clock::now();
   Outcome o = send_bounded(url_, std::move(req), timeout_s_);
   reply.latency_s = seconds_since(t0);
-  if (o.timed_out) {
+  // A socket error at or past the bound is the bound, not a lost server.
+  if (o.timed_out || (!o.result && reply.latency_s >= timeout_s_)) {
     reply.status = Reply::Status::Timeout;
     reply.error = "no answer within " + std::to_string(int(timeout_s_)) + " s";
     return reply;
