@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -142,16 +143,42 @@ inline double act(cuda::GemvGate g, double v) {
   return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
 }
 
+// An activation row as the int8 GEMVs see it (the CPU's method,
+// backend/cpu/kernels_quant.h): each block of 32 values becomes q · d with
+// d = max|x| / 127 and q = round(x · 127 / max|x|), in the kernels' f32
+// arithmetic. slack[c] is d where x · 127 / max|x| lies within 1e-3 of a
+// rounding tie (an input a few ulp away — the GPU's norm summed in another
+// order — may round the other way there), else 0.
+struct QuantizedRow {
+  std::vector<double> value, slack;
+};
+inline QuantizedRow quantize_row(const std::vector<double>& x) {
+  QuantizedRow out{std::vector<double>(x.size()), std::vector<double>(x.size(), 0.0)};
+  for (size_t b = 0; b + 32 <= x.size(); b += 32) {
+    float amax = 0.f;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(float(x[i])));
+    const float id = amax > 0.f ? 127.0f / amax : 0.f, d = amax / 127.0f;
+    for (size_t i = b; i < b + 32; ++i) {
+      const float v = float(x[i]) * id;
+      out.value[i] = double(std::nearbyint(v)) * double(d);
+      if (std::fabs(std::fabs(v - std::trunc(v)) - 0.5f) < 1e-3f) out.slack[i] = d;
+    }
+  }
+  return out;
+}
+
 // Checks `got` ([n, outputs]) against the unfused math over the widened
 // weights W ([rows, cols]) and x ([n, cols]); `base` is y before the call
 // (accumulate). f32 sums in another order: 1e-5 of Σ|w·x| per product; the
 // norm's scale, fast-math exp/tanh: 2e-6 of the output (pre_add: 1e-5, its
 // sum of squares comes from three f32 sums); the gate passes a product's
-// error on times |up| (the activations' slope is below 1.2).
+// error on times |up| (the activations' slope is below 1.2). int8_acts: the
+// GEMV quantizes its (normalized) input rows first (quantize_row), and the
+// reference does too, allowing |w| · slack where a value sits at a tie.
 inline void expect_fused_gemv(const std::vector<float>& got, const std::vector<float>& W,
                               int64_t rows, int64_t cols, const std::vector<float>& x, int64_t n,
                               const HostFusion& f, const std::vector<float>& base,
-                              const std::string& what) {
+                              const std::string& what, bool int8_acts = false) {
   const bool gated = f.gate != cuda::GemvGate::None;
   const int64_t outputs = gated ? rows / 2 : rows;
   ASSERT_EQ(got.size(), size_t(n * outputs)) << what;
@@ -165,17 +192,27 @@ inline void expect_fused_gemv(const std::vector<float>& got, const std::vector<f
       for (int64_t c = 0; c < cols; ++c) ss += xt[size_t(c)] * xt[size_t(c)];
       scale = 1.0 / std::sqrt(ss / double(cols) + f.eps);
     }
+    std::vector<double> in(static_cast<size_t>(cols)), slack(static_cast<size_t>(cols), 0.0);
+    for (int64_t c = 0; c < cols; ++c) {
+      in[size_t(c)] = xt[size_t(c)];
+      if (f.normalize)
+        in[size_t(c)] *= scale * (f.norm_weight.empty() ? 1.0 : f.norm_weight[size_t(c)]);
+    }
+    if (int8_acts) {
+      QuantizedRow q = quantize_row(in);
+      in = std::move(q.value);
+      slack = std::move(q.slack);
+    }
     for (int64_t r = 0; r < rows; ++r) {
-      double d = 0, m = 0;
+      double d = 0, m = 0, tie = 0;
       for (int64_t c = 0; c < cols; ++c) {
-        double xv = xt[size_t(c)];
-        if (f.normalize) xv *= scale * (f.norm_weight.empty() ? 1.0 : f.norm_weight[size_t(c)]);
-        const double p = double(W[size_t(r * cols + c)]) * xv;
+        const double wv = W[size_t(r * cols + c)], p = wv * in[size_t(c)];
         d += p;
         m += std::fabs(p);
+        tie += std::fabs(wv) * slack[size_t(c)];
       }
       dot[size_t(r)] = d + (f.bias.empty() ? 0.0 : f.bias[size_t(r)]);
-      mag[size_t(r)] = 1e-5 * m + 1e-6;
+      mag[size_t(r)] = 1e-5 * m + tie + 1e-6;
     }
     for (int64_t o = 0; o < outputs; ++o) {
       double want, bound;

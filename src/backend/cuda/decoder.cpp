@@ -370,7 +370,8 @@ struct Decoder::Impl {
     if (gemv_path(w, n)) {
       fusion.bias = ptr(bias);
       if (w.affine)
-        gemv_affine(w.view(), xin, n, y, stream, fusion);
+        gemv_affine(w.view(), xin, n, y, stream, fusion, xb.get(),
+                    xb.bytes());  // xb: free on GEMV steps
       else if (w.dtype == DType::BF16)
         gemv_bf16(w.buf.as<uint16_t>(), w.rows, w.cols, xin, n, y, stream, fusion);
       else

@@ -334,11 +334,17 @@ struct AffineMatrix {
   int64_t rows = 0, cols = 0;
 };
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n (x and the codes 16-byte
-// aligned): the decode GEMV streaming the packed codes in 16-byte loads
-// against activations staged in shared memory (f32 math: Σ (scale · q +
-// bias) · x), with the fusions of GemvFusion (not pre_add).
+// aligned): the decode GEMV over the packed codes, with the fusions of
+// GemvFusion (not pre_add). As the CPU computes it (backend/cpu/kernels.h):
+// each row of x (normalized first when fusion.normalize) is quantized to
+// int8 in blocks of 32 values, so y differs from the f32 product with the
+// dequantized weights by that rounding; the integer products run on dp4a.
+// `scratch` holds the quantized rows: gemv_affine_scratch_bytes(w.bits, n,
+// w.cols) bytes, 16-byte aligned (null: the call allocates its own, which
+// must not happen inside a graph capture).
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
-                 const GemvFusion& fusion = {});
+                 const GemvFusion& fusion = {}, void* scratch = nullptr, size_t scratch_bytes = 0);
+size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
 // gemv_bf16_split's counterpart over 16-byte vectors of packed codes (at
 // least 16 a warp).
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated);
