@@ -49,6 +49,17 @@ size_t act_row_bytes(int bits, int64_t cols) {
   return bits == 4 ? Acts<4>::row_bytes(int(cols)) : Acts<8>::row_bytes(int(cols));
 }
 
+// a[k] by a select over registers (indexing with a run-time k would put
+// the array in local memory).
+template <int K>
+__device__ __forceinline__ float4 pick(const float4 (&a)[K], int k) {
+  float4 r = a[0];
+#pragma unroll
+  for (int c = 1; c < K; ++c)
+    if (c == k) r = a[c];
+  return r;
+}
+
 constexpr int kQuantizeThreads = 512;
 // float4s of x a thread keeps in registers between the norm's sum and the
 // quantization (up to 12,288 columns; wider rows read the rest twice), and of
@@ -114,25 +125,9 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   for (int k = 0; 32 * warp + NT * k < quads; ++k) {
     const int f = tid + NT * k, blk = f / 8;
     const bool valid = f < quads;
-    float4 a;
-    if (k < kCachedX) {  // a select over the registers, not a local-memory array
-      a = xs[0];
-#pragma unroll
-      for (int c = 1; c < kCachedX; ++c)
-        if (c == k) a = xs[c];
-    } else {
-      a = value(f);
-    }
+    float4 a = k < kCachedX ? pick(xs, k) : value(f);
     if (normalize) {
-      float4 w;
-      if (k < kCachedW) {
-        w = g[0];
-#pragma unroll
-        for (int c = 1; c < kCachedW; ++c)
-          if (c == k) w = g[c];
-      } else {
-        w = weight(f);
-      }
+      const float4 w = k < kCachedW ? pick(g, k) : weight(f);
       a = make_float4(a.x * inv * w.x, a.y * inv * w.y, a.z * inv * w.z, a.w * inv * w.w);
     }
     float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
