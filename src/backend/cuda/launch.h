@@ -9,7 +9,12 @@
 // writes before that: weights, and a step's inputs (copied in before the
 // step's first kernel, which starts only once the copy is done, and every
 // later kernel after it). pdl_launch_dependents() lets the next kernel
-// be scheduled (its blocks then wait in pdl_wait). Without PDL (outside a
+// be scheduled (its blocks then wait in pdl_wait). Because every kernel
+// lets its dependents launch at its start, blocks of kernels several steps
+// apart can run side by side on an SM; a buffer rewritten for each of a
+// chain's kernels (the packed GEMV's activation scratch, gemv_affine.cu)
+// read through the non-coherent __ldg path gave stale values on the H200,
+// so such data is read with ld.global.cg (__ldcg). Without PDL (outside a
 // PdlScope that asks for it, TANDEM_CUDA_PDL=0, devices before sm_90: see
 // runtime.h) both are no-ops and launches are ordinary.
 #pragma once
