@@ -184,14 +184,12 @@ void with_split(int split, Run&& run) {
 }
 
 // Calls run(std::integral_constant<int, N>{}, t0) for each run of up to
-// max_rows (at most kMaxBatch) batch rows starting at t0 (N: the run's
-// length, a template argument so the kernel keeps the run's activations in
-// registers).
+// kMaxBatch batch rows starting at t0 (N: the run's length, a template
+// argument so the kernel keeps the run's activations in registers).
 template <class Run>
-void for_batch_runs(int64_t n, Run&& run, int64_t max_rows = kMaxBatch) {
-  const int64_t most = max_rows < kMaxBatch ? max_rows : kMaxBatch;
-  for (int64_t t0 = 0; t0 < n; t0 += most) {
-    switch (n - t0 < most ? n - t0 : most) {
+void for_batch_runs(int64_t n, Run&& run) {
+  for (int64_t t0 = 0; t0 < n; t0 += kMaxBatch) {
+    switch (n - t0 < kMaxBatch ? n - t0 : kMaxBatch) {
       case 1: run(std::integral_constant<int, 1>{}, t0); break;
       case 2: run(std::integral_constant<int, 2>{}, t0); break;
       case 3: run(std::integral_constant<int, 3>{}, t0); break;

@@ -9,15 +9,11 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/mma.h"
 
 namespace tandem::cuda {
 
 namespace {
-
-__device__ __forceinline__ uint16_t to_bf16(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // nearest even
-}
 
 // out[r, c] = bf16(scale · q + bias) for rows r0 .. r0 + m (out row 0 is r0),
 // and the rounding's remainder in out_lo when set. A thread per 16-byte
@@ -58,11 +54,10 @@ __global__ void dequantize_bf16_kernel(const uint4* __restrict__ W,
       for (int j = 0; j < C; j += 2) {
         const float v0 = __fadd_rn(__fmul_rn(s, q[j]), b),
                     v1 = __fadd_rn(__fmul_rn(s, q[j + 1]), b);
-        const uint16_t h0 = to_bf16(v0), h1 = to_bf16(v1);
-        hi[(k4 * C + j) / 2] = uint32_t(h0) | uint32_t(h1) << 16;
-        const uint16_t l0 = to_bf16(v0 - __uint_as_float(uint32_t(h0) << 16)),
-                       l1 = to_bf16(v1 - __uint_as_float(uint32_t(h1) << 16));
-        lo[(k4 * C + j) / 2] = uint32_t(l0) | uint32_t(l1) << 16;
+        const uint32_t h0 = bf16_bits(v0), h1 = bf16_bits(v1);
+        hi[(k4 * C + j) / 2] = h0 | h1 << 16;
+        lo[(k4 * C + j) / 2] = bf16_bits(v0 - bf16_value(h0)) | bf16_bits(v1 - bf16_value(h1))
+                                                                    << 16;
       }
     }
 #pragma unroll
