@@ -68,8 +68,7 @@ constexpr int kTileLoads = 4096 / 4 / kThreads;
 // step; it was written but could not yet be run on a GPU.)
 template <int OPT, bool BF16>
 __global__ void __launch_bounds__(kThreads)
-    attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
-                     float* __restrict__ out) {
+    attention_kernel(const float* q, StepLayout at, PagedAttention p, float* __restrict__ out) {
   pdl_launch_dependents();
   pdl_wait();
   // This block's query heads: [g0, g0 + G) of the kv head's group (the
@@ -317,7 +316,7 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t heads, int64_t head_d
 
 // One block per (token, head of q, k or v); 128 threads; the head in shared
 // memory between the norm, the rotation and the write.
-__global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, QkvPost p) {
+__global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
   pdl_launch_dependents();
   __shared__ float buf[32 * kMaxDimsPerLane];
   __shared__ float partial[4];
@@ -380,8 +379,8 @@ __global__ void qkv_post_kernel(const float* __restrict__ qkv, StepLayout at, Qk
     kv_store(rows, at_row + d, buf[d], p.kv_bf16);
 }
 
-__global__ void kv_write_kernel(const float* __restrict__ rows, int64_t kv_dim, void* base,
-                                bool bf16, int64_t block_size, StepLayout at) {
+__global__ void kv_write_kernel(const float* rows, int64_t kv_dim, void* base, bool bf16,
+                                int64_t block_size, StepLayout at) {
   pdl_launch_dependents();
   pdl_wait();
   const int64_t t = blockIdx.x;

@@ -175,7 +175,7 @@ __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], flo
 // instead of hi/lo two; PagedAttention::bf16_inputs).
 template <int DH, int KW, int ST, bool BQ>
 __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
-    decode_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
+    decode_attention_kernel(const float* q, StepLayout at, PagedAttention p,
                             float* __restrict__ out) {
   using S = DecodeShape<DH>;
   constexpr int KT = S::kKeys, P = S::kPitch, PO = S::kOutPitch, DO = S::kOutDims;

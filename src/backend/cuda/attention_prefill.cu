@@ -139,7 +139,7 @@ __device__ __forceinline__ void fill_split(const TileRows& r, const PagedAttenti
 // (p.bf16_inputs).
 template <int DV, bool BF16, bool A_EXACT>
 __global__ void __launch_bounds__(kWarps * 32)
-    prefill_attention_kernel(const float* __restrict__ q, StepLayout at, PagedAttention p,
+    prefill_attention_kernel(const float* q, StepLayout at, PagedAttention p,
                              const int32_t* __restrict__ tiles, float* __restrict__ out) {
   extern __shared__ __align__(16) uint8_t shared_raw[];
   pdl_launch_dependents();

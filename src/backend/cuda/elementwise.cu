@@ -24,9 +24,8 @@ __device__ __forceinline__ uint16_t bf16_bits(float f) {
   return uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // nearest even; NaN stays NaN
 }
 
-__global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                               int64_t dim, float eps, float* __restrict__ y,
-                               uint16_t* __restrict__ y_bf16) {
+__global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, int64_t dim, float eps,
+                               float* __restrict__ y, uint16_t* __restrict__ y_bf16) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float partial[kThreads / 32];
@@ -58,9 +57,9 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restr
 // of `dim` with their own strides (in place allowed: out == gate). Grid:
 // (chunks of the row, rows), so one token's wide MLP still fills the GPU.
 template <int Act>
-__global__ void gated_kernel(const float* __restrict__ gate, int64_t gate_stride,
-                             const float* __restrict__ up, int64_t up_stride, float* out,
-                             int64_t out_stride, int64_t dim, uint16_t* __restrict__ out_bf16) {
+__global__ void gated_kernel(const float* gate, int64_t gate_stride, const float* up,
+                             int64_t up_stride, float* out, int64_t out_stride, int64_t dim,
+                             uint16_t* __restrict__ out_bf16) {
   pdl_launch_dependents();
   pdl_wait();
   const int64_t r = blockIdx.y;
@@ -111,7 +110,7 @@ __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__
     y[i] += b[i % dim];
 }
 
-__global__ void add_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+__global__ void add_kernel(float* __restrict__ y, const float* x, int64_t n) {
   pdl_launch_dependents();
   pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
@@ -137,8 +136,8 @@ __global__ void embed_f32_kernel(const float* __restrict__ table, int64_t dim,
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = row[i] * scale;
 }
 
-__global__ void gather_kernel(const float* __restrict__ src, const int32_t* __restrict__ idx,
-                              int64_t dim, float* __restrict__ dst) {
+__global__ void gather_kernel(const float* src, const int32_t* idx, int64_t dim,
+                              float* __restrict__ dst) {
   pdl_launch_dependents();
   pdl_wait();
   const float* r = src + int64_t(idx[blockIdx.x]) * dim;
@@ -146,8 +145,8 @@ __global__ void gather_kernel(const float* __restrict__ src, const int32_t* __re
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = r[i];
 }
 
-__global__ void scatter_kernel(const float* __restrict__ src, const int32_t* __restrict__ idx,
-                               int64_t dim, float* __restrict__ dst) {
+__global__ void scatter_kernel(const float* src, const int32_t* idx, int64_t dim,
+                               float* __restrict__ dst) {
   pdl_launch_dependents();
   pdl_wait();
   const float* r = src + int64_t(blockIdx.x) * dim;
@@ -155,8 +154,7 @@ __global__ void scatter_kernel(const float* __restrict__ src, const int32_t* __r
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = r[i];
 }
 
-__global__ void add_then_scale_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n,
-                                      float s) {
+__global__ void add_then_scale_kernel(float* __restrict__ y, const float* x, int64_t n, float s) {
   pdl_launch_dependents();
   pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
@@ -170,7 +168,7 @@ __global__ void add_then_scale_kernel(float* __restrict__ y, const float* __rest
 constexpr int kRowThreads = 512;
 template <int PER>
 __global__ void __launch_bounds__(kRowThreads)
-    residual_norm_regs_kernel(float* __restrict__ h, const float* __restrict__ delta,
+    residual_norm_regs_kernel(float* __restrict__ h, const float* delta,
                               const float* __restrict__ delta_w, const float* __restrict__ next_w,
                               float* __restrict__ x, int64_t dim, float eps, float h_scale,
                               uint16_t* __restrict__ x_bf16) {
@@ -216,7 +214,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-__global__ void residual_norm_kernel(float* __restrict__ h, const float* __restrict__ delta,
+__global__ void residual_norm_kernel(float* __restrict__ h, const float* delta,
                                      const float* __restrict__ delta_w,
                                      const float* __restrict__ next_w, float* __restrict__ x,
                                      int64_t dim, float eps, float h_scale,
@@ -249,8 +247,7 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* __restr
   }
 }
 
-__global__ void add_halves_kernel(const float* __restrict__ src, int64_t half,
-                                  float* __restrict__ dst) {
+__global__ void add_halves_kernel(const float* src, int64_t half, float* __restrict__ dst) {
   pdl_launch_dependents();
   pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < half;
@@ -258,8 +255,8 @@ __global__ void add_halves_kernel(const float* __restrict__ src, int64_t half,
     dst[i] = src[i] + src[half + i];
 }
 
-__global__ void split_bf16_kernel(const float* __restrict__ src, int64_t n,
-                                  uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+__global__ void split_bf16_kernel(const float* src, int64_t n, uint16_t* __restrict__ hi,
+                                  uint16_t* __restrict__ lo) {
   pdl_launch_dependents();
   pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;

@@ -113,9 +113,9 @@ __device__ __forceinline__ float sum4(float4 a) {
 // all rows. When normalizing, it also sums each batch row's squares and
 // applies the norm weight (the 1 / RMS scale comes in the epilogue).
 template <int N, int ROWS>
-__device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* __restrict__ x,
-                                       int64_t cols, int64_t c, const GemvFusion& f,
-                                       float (&acc)[ROWS][N], float (&ss)[N]) {
+__device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* x, int64_t cols,
+                                       int64_t c, const GemvFusion& f, float (&acc)[ROWS][N],
+                                       float (&ss)[N]) {
   float w[ROWS][8];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) widen8(wv[r], w[r]);
@@ -127,7 +127,7 @@ __device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* __r
 #pragma unroll
   for (int t = 0; t < N; ++t) {
     const float4* xp = reinterpret_cast<const float4*>(x + t * cols + c);
-    float4 a = __ldg(xp), b = __ldg(xp + 1);
+    float4 a = xp[0], b = xp[1];
     if (f.normalize) {
       ss[t] += sum4(mul4(a, a)) + sum4(mul4(b, b));
       a = mul4(a, ga), b = mul4(b, gb);
@@ -144,7 +144,7 @@ __device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* __r
 // (ColumnShare) when its rows alone would leave SMs short of warps.
 template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
 __global__ void gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
-                              const float* __restrict__ x, float* y, GemvFusion f) {
+                              const float* x, float* y, GemvFusion f) {
   const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32;
   if (SPLIT == 1 && !wr.any()) return;  // split warps meet at gather_split's barrier
@@ -195,7 +195,7 @@ size_t pre_add_static_bytes(int n) {
 
 template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
 __global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
-                                  const float* __restrict__ x, float* y, GemvFusion f) {
+                                  const float* x, float* y, GemvFusion f) {
   extern __shared__ __align__(16) float staged[];
   float* hs = staged;                 // [N][cols]: x, then h' · norm_weight
   float* us = staged + N * cols;      // [N][cols]: pre_add · pre_add_weight
@@ -227,8 +227,8 @@ __global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, 
     reinterpret_cast<float4*>(gs)[i] = g;
 #pragma unroll
     for (int t = 0; t < N; ++t) {
-      const float4 a = __ldg(reinterpret_cast<const float4*>(x + t * cols) + i);
-      const float4 o = __ldg(reinterpret_cast<const float4*>(f.pre_add + t * cols) + i);
+      const float4 a = reinterpret_cast<const float4*>(x + t * cols)[i];
+      const float4 o = reinterpret_cast<const float4*>(f.pre_add + t * cols)[i];
       const float4 u = mul4(o, pw);
       reinterpret_cast<float4*>(hs + t * cols)[i] = a;
       reinterpret_cast<float4*>(us + t * cols)[i] = u;
@@ -309,8 +309,8 @@ __device__ __forceinline__ float widen(uint16_t w) {
 // per output (a gate/up pair when gated), coalesced 4-element steps when
 // VEC4 (f32, cols % 4 == 0, aligned), else one element per lane at a time.
 template <class Wt, bool VEC4, bool GATED>
-__global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols,
-                         const float* __restrict__ x, int64_t n, float* y, GemvFusion f) {
+__global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols, const float* x,
+                         int64_t n, float* y, GemvFusion f) {
   constexpr int R = GATED ? 2 : 1;
   const WarpRows<R, GATED> wr(int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32, rows);
   const int lane = threadIdx.x % 32;
@@ -328,7 +328,7 @@ __global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols,
     for (int r = 0; r < R; ++r) acc[r][0] = 0.f;
     if constexpr (VEC4) {
       for (int64_t c = lane; c < cols / 4; c += 32) {
-        float4 a = __ldg(reinterpret_cast<const float4*>(xt) + c);
+        float4 a = reinterpret_cast<const float4*>(xt)[c];
         if (f.normalize) {
           ss[0] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
           if (g) {

@@ -6,9 +6,7 @@
 // with the integer sums on dp4a (4 products an instruction). Dequantizing
 // each weight in f32 instead (unpack, scale · code + bias, one fma a batch
 // row) bound the kernel by its instructions: llama-3.2-1b q4 1,264 tok/s at
-// batch 1 on the H200; this one reached 1,569 reading its activations
-// through L1, and does 1,116 reading them from L2 as it must for now (see
-// gemv_affine_kernel).
+// batch 1 on the H200; this one does 1,549.
 #include <algorithm>
 #include <cstdint>
 
@@ -76,8 +74,8 @@ constexpr int kCachedX = 6, kCachedW = 2;
 // This kernel sits on the decode chain between each GEMV's producer and the
 // GEMV (whose blocks wait in pdl_wait with their first weights loaded):
 // every load it can issue early, it does (the norm weight before the PDL
-// wait; x once, kept in registers). x is read with ld.global.cg, as the
-// GEMV reads its activations (see there).
+// wait; x once, kept in registers). x, written by the kernel before, is
+// read with plain loads, never __ldg (see gemv_affine_kernel).
 template <int BITS>
 __global__ void __launch_bounds__(kQuantizeThreads)
     quantize_acts_kernel(const float* x, int cols, bool normalize,
@@ -98,7 +96,7 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   pdl_wait();
   const float4* xr = reinterpret_cast<const float4*>(x + size_t(blockIdx.x) * size_t(cols));
   uint8_t* row = out + size_t(blockIdx.x) * row_bytes;
-  auto value = [&](int f) { return f < quads ? __ldcg(xr + f) : make_float4(0.f, 0.f, 0.f, 0.f); };
+  auto value = [&](int f) { return f < quads ? xr[f] : make_float4(0.f, 0.f, 0.f, 0.f); };
   float4 xs[kCachedX];
 #pragma unroll
   for (int k = 0; k < kCachedX; ++k) xs[k] = value(tid + NT * k);
@@ -109,7 +107,7 @@ __global__ void __launch_bounds__(kQuantizeThreads)
     for (int k = 0; k < kCachedX; ++k)
       ss += xs[k].x * xs[k].x + xs[k].y * xs[k].y + xs[k].z * xs[k].z + xs[k].w * xs[k].w;
     for (int f = tid + NT * kCachedX; f < quads; f += NT) {
-      const float4 a = __ldcg(xr + f);
+      const float4 a = xr[f];
       ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
     ss = warp_sum(ss);
@@ -181,17 +179,16 @@ __device__ __forceinline__ int dot4(uint32_t codes, uint32_t acts, int c) {
 // bytes). Index math is 32-bit with the group size as a shift. SPLIT warps
 // share a unit's vectors (ColumnShare) when its rows alone would leave SMs
 // short of warps.
-// The activations are read with ld.global.cg (L2, coherent), not through
-// the non-coherent path of __ldg: the scratch is rewritten for every GEMV,
-// and under PDL this kernel's blocks start beside the previous GEMV's (the
-// quantize kernel between them lets its dependents launch at once), which
-// read the previous activations at the same addresses. With __ldg, and a
-// faster quantize kernel, the 4-bit fixtures came out 5 × std off at steps
-// of 2 on the H200 (every fixture, every time); with ld.global.cg they
-// match the CPU to 1e-6 again. Stale L1 lines are the likely mechanism, not
-// a proven one. The cost: each warp fetches the activations from L2 (llama
-// q4 batch 1: 1,116 tok/s against 1,569 reading them through L1) — staging
-// them in shared memory once a block is the next step.
+// The activations are read with plain (coherent) loads, cached in L1 — not
+// through the non-coherent path of __ldg (ld.global.nc), whose contract is
+// that the data does not change while the grid lives: under PDL this grid
+// starts before the quantize kernel ahead of it has written the scratch, and
+// beside the previous GEMV's blocks, which read the previous activations at
+// the same addresses. With __ldg the 4-bit fixtures came out 5 × std off at
+// steps of 2 on the H200, every fixture, every time; with plain loads they
+// match the CPU to 1e-6 (three repeats) at __ldg's speed (llama q4 batch 1:
+// 1,549 tok/s; ld.global.cg, which skips L1: 1,116; staging each block's
+// activations in shared memory with ld.global.cg: 1,481).
 template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT>
 __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
                                    const float* __restrict__ biases, int group_shift, int rows,
@@ -263,10 +260,10 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
         uint32_t q[4 * A::kPlanes];
 #pragma unroll
         for (int p = 0; p < A::kPlanes; ++p) {
-          const uint4 a = __ldcg(planes + t * row_vec4s + p * vecs + vec);
+          const uint4 a = planes[t * row_vec4s + p * vecs + vec];
           q[4 * p] = a.x, q[4 * p + 1] = a.y, q[4 * p + 2] = a.z, q[4 * p + 3] = a.w;
         }
-        const float2 m = __ldcg(meta + t * row_float2s + vec);
+        const float2 m = meta[t * row_float2s + vec];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
           int isum = 0;

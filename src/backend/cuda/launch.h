@@ -11,10 +11,16 @@
 // later kernel after it). pdl_launch_dependents() lets the next kernel
 // be scheduled (its blocks then wait in pdl_wait). Because every kernel
 // lets its dependents launch at its start, blocks of kernels several steps
-// apart can run side by side on an SM; a buffer rewritten for each of a
-// chain's kernels (the packed GEMV's activation scratch, gemv_affine.cu)
-// read through the non-coherent __ldg path gave stale values on the H200,
-// so such data is read with ld.global.cg (__ldcg). Without PDL (outside a
+// apart can run side by side on an SM. A grid lives from its early launch,
+// so data an earlier kernel of the chain writes is never read through the
+// non-coherent path (ld.global.nc: __ldg, or what nvcc emits for a
+// `const T* __restrict__` parameter the kernel only reads), whose contract
+// is that the data does not change while the grid lives: the packed GEMV's
+// activation scratch, rewritten for every GEMV, read stale that way on the
+// H200 (bench/results/cuda-pdl-coherence-2026-12-04.md). Activations are
+// read with plain loads (coherent after pdl_wait, cached in L1) through
+// pointers without __restrict__; weights, tables and a step's copied-in
+// inputs may use __ldg and __restrict__. Without PDL (outside a
 // PdlScope that asks for it, TANDEM_CUDA_PDL=0, devices before sm_90: see
 // runtime.h) both are no-ops and launches are ordinary.
 #pragma once

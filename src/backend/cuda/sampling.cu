@@ -116,8 +116,8 @@ __device__ uint32_t select_key(const float* row, int64_t vocab, uint32_t floor,
 }
 
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* __restrict__ logits, int64_t vocab,
-                  const SampleRow* __restrict__ params, int32_t* __restrict__ out) {
+    sample_kernel(const float* logits, int64_t vocab, const SampleRow* __restrict__ params,
+                  int32_t* __restrict__ out) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ RowState st;

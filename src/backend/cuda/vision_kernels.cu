@@ -46,7 +46,7 @@ __device__ __forceinline__ float gelu_erf(float v) {
 }
 
 template <int Act>
-__global__ void activate_kernel(float* x, const float* __restrict__ up, int64_t n) {
+__global__ void activate_kernel(float* x, const float* up, int64_t n) {
   GRID_STRIDE(i, n) {
     const float g = x[i];
     const float a = Act == 0 ? silu(g) : Act == 1 ? gelu_tanh(g) : gelu_erf(g);
@@ -68,8 +68,7 @@ __global__ void scale_shift_kernel(float* x, int64_t n, int64_t dim, float mul,
 
 // One thread per rotated pair: (token, head, pair j < head_dim / 2).
 __global__ void rope_table_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim,
-                                  int64_t segments, const float* __restrict__ cos,
-                                  const float* __restrict__ sin) {
+                                  int64_t segments, const float* cos, const float* sin) {
   const int64_t pairs = head_dim / 2, seg_half = pairs / segments;
   GRID_STRIDE(idx, n * heads * pairs) {
     const int64_t j = idx % pairs, row = idx / pairs, t = row / heads;
@@ -83,8 +82,8 @@ __global__ void rope_table_kernel(float* x, int64_t n, int64_t heads, int64_t he
 }
 
 // One thread per output value; the k×k inputs summed in the CPU's order.
-__global__ void pool_grid_kernel(const float* __restrict__ x, int64_t rows, int64_t cols,
-                                 int64_t dim, int64_t k, float* __restrict__ y) {
+__global__ void pool_grid_kernel(const float* x, int64_t rows, int64_t cols, int64_t dim, int64_t k,
+                                 float* __restrict__ y) {
   const int64_t pc = cols / k, out = (rows / k) * pc;
   const float inv = 1.0f / float(k * k);
   GRID_STRIDE(idx, out * dim) {
@@ -96,8 +95,8 @@ __global__ void pool_grid_kernel(const float* __restrict__ x, int64_t rows, int6
   }
 }
 
-__global__ void merge_grid_kernel(const float* __restrict__ x, int64_t rows, int64_t cols,
-                                  int64_t dim, int64_t m, float* __restrict__ y) {
+__global__ void merge_grid_kernel(const float* x, int64_t rows, int64_t cols, int64_t dim,
+                                  int64_t m, float* __restrict__ y) {
   const int64_t mc = cols / m, M = m * m, width = dim * M;
   GRID_STRIDE(idx, (rows / m) * mc * width) {
     const int64_t block = idx / width, e = idx % width, ch = e / M, ky = (e % M) / m, kx = e % m;
@@ -106,8 +105,8 @@ __global__ void merge_grid_kernel(const float* __restrict__ x, int64_t rows, int
   }
 }
 
-__global__ void split_rows3_kernel(const float* __restrict__ src, int64_t rows, int64_t dim,
-                                   bool lo_second, uint16_t* __restrict__ dst) {
+__global__ void split_rows3_kernel(const float* src, int64_t rows, int64_t dim, bool lo_second,
+                                   uint16_t* __restrict__ dst) {
   GRID_STRIDE(i, rows * dim) {
     const int64_t r = i / dim, d = i % dim;
     const uint32_t h = bf16_bits(src[i]);
@@ -122,8 +121,8 @@ __global__ void split_rows3_kernel(const float* __restrict__ src, int64_t rows, 
 // One block per row: the row's max and Σ exp(s - max) in one pass (each
 // thread keeps its own running pair, merged across the block), then the
 // normalized values as bf16 hi/lo parts.
-__global__ void softmax_rows_split_kernel(const float* __restrict__ s, int64_t cols,
-                                          uint16_t* __restrict__ hi, uint16_t* __restrict__ lo) {
+__global__ void softmax_rows_split_kernel(const float* s, int64_t cols, uint16_t* __restrict__ hi,
+                                          uint16_t* __restrict__ lo) {
   __shared__ float partial[kThreads / 32];
   const float* row = s + int64_t(blockIdx.x) * cols;
   float m = -INFINITY, l = 0.f;
