@@ -357,19 +357,25 @@ __global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols, c
   }
 }
 
-// Batch 1: one row per warp, four loads in flight (gated: a gate/up pair,
-// two each). Larger batches: rows share each activation chunk (two or four
-// rows per warp). Batches of up to kMaxSplitBatch rows split a unit's
-// columns over warps when it has few rows (gemv_bf16_split).
-
-// The warp shape of gemv_bf16_vec for batch runs of N: rows per warp (batch
-// 1: one row, or a gate/up pair; larger batches share each activation
-// chunk over 2 or 4 rows) and 16-byte loads in flight per row (4, else 2:
-// 8 a lane at batch 1 took registers, and so occupancy, and lost 1-10%).
+// The warp shape of gemv_bf16_vec for batch runs of N: rows per warp and
+// 16-byte loads in flight per row. Batch 1: two rows (gated: two gate/up
+// pairs), four loads a lane in flight either way (two a row, or one);
+// larger batches share each activation chunk over 2 or 4 rows, two loads
+// a row. Batch 1 held one row (a pair) a warp with four (two) loads a row
+// until the twelfth session; the same loads spread over twice the rows
+// measured on the H200 (tok/s, context 128, two runs): gemma-3-1b 773–785 →
+// 873–878, ministral-3-3b 366–368 → 401–402, gemma-4-e2b 377–379 →
+// 404–407, llama-3.2-1b 1,026–1,052 → 1,053–1,062, qwen3-1.7b 645–649 →
+// 647–649 (fewer, longer-lived warps; each activation chunk serves two
+// rows). Twice the rows with twice the loads won more on ministral (410)
+// and gemma-4 (412–415) but lost 4% on llama and qwen3; eight loads a lane
+// with one row lost 1-10% (registers, so occupancy) in the tenth. Batches
+// of up to kMaxSplitBatch rows split a unit's columns over warps when it
+// has few rows (gemv_bf16_split).
 template <int N, bool GATED>
 struct VecShape {
-  static constexpr int kRows = N == 1 ? (GATED ? 2 : 1) : N < 4 ? 2 : 4;
-  static constexpr int kUnroll = kRows == 1 ? 4 : 2;
+  static constexpr int kRows = N == 1 ? (GATED ? 4 : 2) : N < 4 ? 2 : 4;
+  static constexpr int kUnroll = N == 1 && GATED ? 1 : 2;
   // Warp units (WarpRows) of a matrix of `rows`.
   static int64_t units(int64_t rows) { return WarpRows<kRows, GATED>::units(rows); }
   static int split(int64_t rows, int64_t cols) {
