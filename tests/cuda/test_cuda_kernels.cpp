@@ -176,9 +176,10 @@ TEST_F(CudaKernels, GemvSplitsTheColumnsOfShortMatrices) {
   EXPECT_EQ(cuda::gemv_bf16_split(64, 8192, 1, false), 8);
   EXPECT_EQ(cuda::gemv_bf16_split(64, 8192, 2, true), 8);
   EXPECT_GE(cuda::gemv_bf16_split(1024, 2048, 1, false), 2);
-  EXPECT_EQ(cuda::gemv_bf16_split(42, 2056, 1, false), 4);
+  EXPECT_EQ(cuda::gemv_bf16_split(42, 2056, 1, false), 8);
   EXPECT_EQ(cuda::gemv_bf16_split(5, 4104, 2, false), 8);
-  EXPECT_EQ(cuda::gemv_bf16_split(1536, 1152, 1, false), 2);
+  EXPECT_EQ(cuda::gemv_bf16_split(1536, 1152, 1, false), 4);
+  EXPECT_EQ(cuda::gemv_bf16_split(1536, 1152, 2, false), 2);
   EXPECT_EQ(cuda::gemv_bf16_split(64, 8192, 3, false), 1);
   EXPECT_EQ(cuda::gemv_bf16_split(130, 200, 1, false), 1);
   EXPECT_EQ(cuda::gemv_bf16_split(33, 70, 1, false), 1);
