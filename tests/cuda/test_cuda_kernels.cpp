@@ -7,7 +7,9 @@
 //    (gemv_reference.h states the bound);
 //  - rmsnorm, gated activations, soft-cap: 2e-6 relative + 1e-6 absolute
 //    (fast-math exp/tanh);
-//  - embedding gather: exact.
+//  - embedding gather: exact;
+//  - skinny_gemm_bf16: |gpu - sum| ≤ 1e-5 · Σ|w·x| + 1e-6 against double
+//    sums of the same bf16 operands.
 // Skipped, with the reason printed, where no CUDA device is usable.
 #include <gtest/gtest.h>
 
@@ -98,6 +100,59 @@ TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
     }
 }
 
+// skinny_gemm_bf16 against double sums of the same bf16 operands: odd row
+// counts (a partial 16-row tile), columns that end mid-step (1,152 = 18
+// steps of 64, 80 = one and a quarter) and uneven column shares over the
+// 8 warps, 1 to 8 tokens (a full and partial 8-token mma tile), and an output
+// stride wider than the rows (the decoder writes row tiles of a wider y).
+TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (Shape s : {Shape{16, 64}, Shape{37, 1152}, Shape{130, 2048}, Shape{24, 8192}, Shape{7, 80},
+                  Shape{33, 16}})
+    for (int64_t n : {1, 3, 5, 8}) {
+      const auto w16 = to_bf16(random_floats(size_t(s.rows * s.cols), 41, 0.05f));
+      const auto x16 = to_bf16(random_floats(size_t(n * s.cols), 42, 2.f));
+      const int64_t ldy = s.rows + 3;
+      auto dw = upload(w16);
+      auto dx = upload(x16);
+      std::vector<float> sentinel(size_t(n * ldy), 1234.5f);
+      auto dy = upload(sentinel);
+      ASSERT_TRUE(cuda::skinny_gemm_fits(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n));
+      cuda::skinny_gemm_bf16(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n,
+                             dy.as<float>(), ldy, nullptr);
+      const auto got = download<float>(dy, sentinel.size());
+      size_t bad = 0;
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < ldy; ++r) {
+          const float g = got[size_t(t * ldy + r)];
+          if (r >= s.rows) {  // past the rows: untouched
+            if (g != 1234.5f && bad++ < 3) ADD_FAILURE() << "wrote past the rows at " << r;
+            continue;
+          }
+          double want = 0, mag = 0;
+          for (int64_t c = 0; c < s.cols; ++c) {
+            const double p = double(bf16_to_f32(w16[size_t(r * s.cols + c)])) *
+                             double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
+            want += p;
+            mag += std::fabs(p);
+          }
+          if (!(std::fabs(g - want) <= 1e-5 * mag + 1e-6) && bad++ < 3)
+            ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " [" << t << ", " << r
+                          << "] gpu " << g << " want " << want;
+        }
+      EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n;
+    }
+  // Outside its shapes it says so (the decoder then takes cuBLAS).
+  cuda::DeviceBuffer w(64 * 72 * 2), x(17 * 72 * 2);
+  EXPECT_FALSE(cuda::skinny_gemm_fits(w.as<uint16_t>(), 64, 72, x.as<uint16_t>(), 1));
+  EXPECT_FALSE(cuda::skinny_gemm_fits(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 9));
+  EXPECT_THROW(
+      cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 72, x.as<uint16_t>(), 1, nullptr, 64, nullptr),
+      Error);
+}
+
 // Every fusion on both weight types and every kernel path: 16-byte bf16
 // chunks (cols % 8 == 0), float4 f32 rows (cols % 4 == 0) and the
 // one-element path (cols 70), batches 1 to 9 (one and two runs of 8), odd
@@ -107,7 +162,7 @@ TEST_F(CudaKernels, GemvFusionsMatchTheUnfusedMath) {
     int64_t rows, cols;
   };
   for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{37, 72}, Shape{34, 70}, Shape{1024, 2048},
-                  Shape{42, 2056}, Shape{64, 8192}})
+                  Shape{42, 2056}, Shape{64, 8192}, Shape{256, 800}})
     for (bool bf16 : {true, false})
       for (const HostFusion& f : fusion_cases(s.rows, s.cols))
         for (int64_t n : {1, 2, 3, 5, 8, 9}) {
@@ -179,7 +234,8 @@ TEST_F(CudaKernels, GemvSplitsTheColumnsOfShortMatrices) {
   EXPECT_EQ(cuda::gemv_bf16_split(42, 2056, 1, false), 8);
   EXPECT_EQ(cuda::gemv_bf16_split(5, 4104, 2, false), 8);
   EXPECT_EQ(cuda::gemv_bf16_split(1536, 1152, 1, false), 4);
-  EXPECT_EQ(cuda::gemv_bf16_split(1536, 1152, 2, false), 2);
+  EXPECT_EQ(cuda::gemv_bf16_split(256, 800, 1, false), 2);
+  EXPECT_EQ(cuda::gemv_bf16_split(256, 800, 2, false), 2);
   EXPECT_EQ(cuda::gemv_bf16_split(64, 8192, 3, false), 1);
   EXPECT_EQ(cuda::gemv_bf16_split(130, 200, 1, false), 1);
   EXPECT_EQ(cuda::gemv_bf16_split(33, 70, 1, false), 1);

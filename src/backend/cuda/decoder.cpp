@@ -27,7 +27,8 @@ namespace tandem::cuda {
 namespace {
 
 // Steps of at most Decoder::gemv_max_tokens() tokens run the GEMV kernels
-// (f32 activations, f32 accumulation); larger ones cuBLAS: for bf16 weights
+// (f32 activations, f32 accumulation); larger ones a GEMM (bf16 inputs of
+// up to kSkinnyGemmMaxTokens tokens: skinny_gemm_bf16), else cuBLAS: for bf16 weights
 // one tensor-core GEMM over the activations split into bf16 hi + lo parts
 // (16 significant bits, so prefill logits stay within ~1e-5 of the f32 path,
 // where plain bf16 activations were 3e-2 to 0.6 × std off), for f32 weights
@@ -210,6 +211,10 @@ struct Decoder::Impl {
   const bool bf16_gemm_inputs;  // GemmInputs::Bf16, else hi/lo halves
   int64_t gemv_tokens = Decoder::gemv_max_tokens();
   int64_t affine_gemv_tokens = Decoder::affine_gemv_max_tokens();
+  // bf16 GEMMs of up to kSkinnyGemmMaxTokens tokens (under bf16 GEMM
+  // inputs) take skinny_gemm_bf16 instead of cuBLAS (TANDEM_CUDA_SKINNY_GEMM=0:
+  // cuBLAS, for measuring one against the other).
+  const bool skinny_gemm = env_count("TANDEM_CUDA_SKINNY_GEMM", 1) != 0;
   // Steps of at most this many tokens take every layer projection as a GEMV,
   // so they fuse norms, residual adds and the gated activation into them
   // (0: never; see fused_step).
@@ -440,6 +445,11 @@ struct Decoder::Impl {
     // Row-major y[n, rows] is column-major yᵀ[rows, n] = W · xᵀ, with W read
     // as the transpose of its column-major [cols, m] view.
     if (!lo) {
+      const auto* w16 = static_cast<const uint16_t*>(wrows);
+      if (skinny_gemm && skinny_gemm_fits(w16, m, cols, hi, n)) {
+        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream);
+        return;
+      }
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
                                 wrows, CUDA_R_16BF, int(cols), hi, CUDA_R_16BF, int(cols), &zero,
                                 y + r0, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,

@@ -68,6 +68,16 @@ int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated);
 // H200. Callers fall back to the unfused kernels where it does not.
 bool gemv_pre_add_fits(int64_t n, int64_t cols);
 
+// y[t * ldy + r] = Σ_c w[r, c] · x[t, c] for t < n ≤ kSkinnyGemmMaxTokens,
+// r < m: the batched decode steps' GEMM over bf16 weights ([m, cols]) and
+// bf16 activations ([n, cols]), f32 out, on tensor cores, each weight read
+// once (skinny_gemm.cu). Only where skinny_gemm_fits (16-byte aligned
+// operands, cols a multiple of 16); the caller takes cuBLAS elsewhere.
+constexpr int kSkinnyGemmMaxTokens = 8;
+bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n);
+void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
+                      float* y, int64_t ldy, cudaStream_t stream);
+
 // The same over f32 weights (W: [rows, cols] f32).
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
               cudaStream_t stream, const GemvFusion& fusion = {});

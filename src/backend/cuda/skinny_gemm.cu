@@ -1,0 +1,162 @@
+// The decode GEMM of 3 to 8 tokens over bf16 weights and bf16 activations
+// (the batched decode steps under --gemm-precision bf16, the default):
+// y[t, r] = Σ_k x[t, k] · W[r, k], f32 sums on tensor cores (mma m16n8k16),
+// every weight read once, from registers straight into the mma — no shared
+// memory tiles, no block barrier until the end. At these widths cuBLAS
+// picks tiles made for wide products and streams the weights below the
+// bandwidth; the fused GEMV (gemv.cu) runs its 4-8 tokens on CUDA cores and
+// is bound by its multiply-adds.
+//
+// A block takes 16 weight rows; its 8 warps split the columns, 64 at a
+// step. Lane (g = lane / 4, q = lane % 4) loads row g's and row g + 8's
+// columns 16q .. 16q + 15 of the step (32 bytes each; the 4 lanes of a row
+// read 64 contiguous bytes) and token g's same columns (one 8-token mma
+// tile; tokens past n are zeros).
+// The dot product does not care in which order the columns are summed, so
+// the step's 64 columns are fed to the mma in a permuted order: for k-slice
+// j (0..3) the lane's operand pairs are its columns 16q + 4j + {0, 1} (the
+// mma's k = 2q, 2q + 1) and 16q + 4j + {2, 3} (k = 2q + 8, 2q + 9), the same
+// columns for the weights (A) and the activations (B), so each product
+// pairs a weight with its own activation. The first steps' weight loads go
+// out before the PDL wait.
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/mma.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kStepCols = 64;  // columns a warp consumes per step
+// Steps of weight loads in flight per lane (64 bytes each): 4 measured
+// 2-5% slower than 2 on the H200 at 4 and 8 tokens (llama-3.2-1b,
+// ministral-3-3b, qwen3-1.7b).
+constexpr int kUnroll = 2;
+
+// A lane's 16 columns of one row (or token) in a step: 8 bf16 pairs.
+struct Cols16 {
+  uint4 lo, hi;
+  __device__ uint32_t pair(int p) const {
+    const uint4& v = p < 4 ? lo : hi;
+    const int i = p % 4;
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+  }
+};
+
+__device__ __forceinline__ Cols16 load_weights(const uint16_t* p, bool valid) {
+  Cols16 c;
+  if (valid) {
+    c.lo = __ldg(reinterpret_cast<const uint4*>(p));
+    c.hi = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+  } else {
+    c.lo = c.hi = make_uint4(0, 0, 0, 0);
+  }
+  return c;
+}
+
+// Activations are written by the kernel before (plain loads: launch.h).
+__device__ __forceinline__ Cols16 load_acts(const uint16_t* p, bool valid) {
+  Cols16 c;
+  if (valid) {
+    c.lo = reinterpret_cast<const uint4*>(p)[0];
+    c.hi = reinterpret_cast<const uint4*>(p)[1];
+  } else {
+    c.lo = c.hi = make_uint4(0, 0, 0, 0);
+  }
+  return c;
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    skinny_gemm_kernel(const uint16_t* __restrict__ W, int m, int cols, const uint16_t* x, int n,
+                       float* y, int64_t ldy) {
+  __shared__ float partial[kWarps][32][4];
+  pdl_launch_dependents();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  const int r0 = int(blockIdx.x) * 16;
+  // Rows past m read the last row (never stored).
+  const int row_a = min(r0 + g, m - 1), row_b = min(r0 + g + 8, m - 1);
+  const uint16_t* wa = W + size_t(row_a) * size_t(cols) + 16 * q;
+  const uint16_t* wb = W + size_t(row_b) * size_t(cols) + 16 * q;
+  // This warp's steps [s0, s1) of the row's ceil(cols / 64).
+  const int steps = (cols + kStepCols - 1) / kStepCols, per = (steps + kWarps - 1) / kWarps;
+  const int s0 = min(warp * per, steps), s1 = min(s0 + per, steps);
+  auto valid = [&](int s) { return s * kStepCols + 16 * q < cols; };  // cols % 16 == 0
+
+  Cols16 a[kUnroll][2];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int s = s0 + u;
+    const bool ok = s < s1 && valid(s);
+    a[u][0] = load_weights(wa + s * kStepCols, ok);
+    a[u][1] = load_weights(wb + s * kStepCols, ok);
+  }
+  pdl_wait();
+  float acc[4] = {};
+  for (int s = s0; s < s1; s += kUnroll) {
+    if (s != s0) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const bool ok = s + u < s1 && valid(s + u);
+        a[u][0] = load_weights(wa + (s + u) * kStepCols, ok);
+        a[u][1] = load_weights(wb + (s + u) * kStepCols, ok);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (s + u >= s1) break;
+      const int col = (s + u) * kStepCols + 16 * q;
+      const bool ok = valid(s + u);
+      const Cols16 b = load_acts(x + size_t(g < n ? g : 0) * size_t(cols) + col, ok && g < n);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t frag[4] = {a[u][0].pair(2 * j), a[u][1].pair(2 * j), a[u][0].pair(2 * j + 1),
+                                  a[u][1].pair(2 * j + 1)};
+        mma(acc, frag, b.pair(2 * j), b.pair(2 * j + 1));
+      }
+    }
+  }
+  // The warps' partial tiles, summed: c0, c1 are row g, tokens 2q and
+  // 2q + 1; c2, c3 row g + 8.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) partial[warp][lane][i] = acc[i];
+  __syncthreads();
+  if (threadIdx.x < 32 * 4) {
+    const int l = int(threadIdx.x) / 4, i = int(threadIdx.x) % 4;
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += partial[w][l][i];
+    const int row = r0 + l / 4 + 8 * (i / 2), token = 2 * (l % 4) + i % 2;
+    if (row < m && token < n) y[size_t(token) * size_t(ldy) + size_t(row)] = sum;
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n) {
+  return n >= 1 && n <= kSkinnyGemmMaxTokens && m >= 1 && m <= INT32_MAX && cols >= 16 &&
+         cols % 16 == 0 && cols <= INT32_MAX && aligned16(w) && aligned16(x);
+}
+
+void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
+                      float* y, int64_t ldy, cudaStream_t stream) {
+  if (!skinny_gemm_fits(w, m, cols, x, n))
+    fail(
+        "skinny_gemm_bf16: %lld tokens x %lld columns (16-byte aligned operands, columns a "
+        "multiple of 16, at most %d tokens)",
+        (long long)n, (long long)cols, kSkinnyGemmMaxTokens);
+  if (ldy < m)
+    fail("skinny_gemm_bf16: output stride %lld below %lld rows", (long long)ldy, (long long)m);
+  const unsigned blocks = unsigned((m + 15) / 16);
+  launch(skinny_gemm_kernel, blocks, kWarps * 32, 0, stream, w, int(m), int(cols), x, int(n), y,
+         ldy);
+}
+
+}  // namespace tandem::cuda
