@@ -137,7 +137,7 @@ bool prefill_kernel_enabled() {
 }
 
 // The tensor-core decode kernel's split policy: one-warp blocks per SM to
-// aim for (TANDEM_DECODE_BLOCKS_PER_SM, default 8; at most
+// aim for (TANDEM_DECODE_BLOCKS_PER_SM, default 4; at most
 // kTensorCoreBlocksPerSm · 2 = the partial buffer's bound) and the fewest
 // keys a split keeps (TANDEM_DECODE_MIN_SPLIT_KEYS, default 64; 1: no cap)
 // unless that leaves fewer blocks than SMs. Measured on the H200
@@ -147,9 +147,15 @@ bool prefill_kernel_enabled() {
 // gemma-4-e2b 4,136 -> 4,393 (one kv head: many short splits), llama at
 // batch 1, context 128, 820 -> 881, and left llama at 32 and 64 sequences
 // as it was. Without the one-block-per-SM floor it cost gemma-3-1b at
-// batch 1 628 -> 591.
+// batch 1 628 -> 591. Since key warps share a block, 4 against 8
+// (cuda-pdl-coherence-2026-12-04.md, run 9; context 1,024, tok/s at 1 / 8
+// / 32 sequences): llama 1,022 -> 1,013 / 6,113 -> 6,227 / 19,596 ->
+// 19,778, ministral-3-3b 398 -> 400 / 2,483 -> 2,646 / 7,993 -> 8,002,
+// qwen3-1.7b 611 -> 610 / 3,370 -> 3,666 / 10,408 -> 10,403, gemma-3-1b 891
+// -> 885 / 4,811 -> 4,826 / 15,681 -> 16,209, gemma-4-e2b 406 -> 408 /
+// 2,330 -> 2,341 / 7,261 -> 7,682.
 int decode_blocks_per_sm() {
-  static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_BLOCKS_PER_SM", 8), 1,
+  static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_BLOCKS_PER_SM", 4), 1,
                                                2 * kTensorCoreBlocksPerSm - 1));
   return n;
 }
