@@ -103,7 +103,7 @@ TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
 // skinny_gemm_bf16 against double sums of the same bf16 operands: odd row
 // counts (a partial 16-row tile), columns that end mid-step (1,152 = 18
 // steps of 64, 80 = one and a quarter) and uneven column shares over the
-// 8 warps, 1 to 8 tokens (a full and partial 8-token mma tile), and an output
+// 8 warps, 1 to 32 tokens (one to four 8-token mma tiles, full and partial), and an output
 // stride wider than the rows (the decoder writes row tiles of a wider y).
 TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
   struct Shape {
@@ -111,7 +111,7 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
   };
   for (Shape s : {Shape{16, 64}, Shape{37, 1152}, Shape{130, 2048}, Shape{24, 8192}, Shape{7, 80},
                   Shape{33, 16}})
-    for (int64_t n : {1, 3, 5, 8}) {
+    for (int64_t n : {1, 3, 8, 9, 16, 21, 32}) {
       const auto w16 = to_bf16(random_floats(size_t(s.rows * s.cols), 41, 0.05f));
       const auto x16 = to_bf16(random_floats(size_t(n * s.cols), 42, 2.f));
       const int64_t ldy = s.rows + 3;
@@ -145,9 +145,9 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
       EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n;
     }
   // Outside its shapes it says so (the decoder then takes cuBLAS).
-  cuda::DeviceBuffer w(64 * 72 * 2), x(17 * 72 * 2);
+  cuda::DeviceBuffer w(64 * 72 * 2), x(33 * 72 * 2);
   EXPECT_FALSE(cuda::skinny_gemm_fits(w.as<uint16_t>(), 64, 72, x.as<uint16_t>(), 1));
-  EXPECT_FALSE(cuda::skinny_gemm_fits(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 9));
+  EXPECT_FALSE(cuda::skinny_gemm_fits(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 33));
   EXPECT_THROW(
       cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 72, x.as<uint16_t>(), 1, nullptr, 64, nullptr),
       Error);

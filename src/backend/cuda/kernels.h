@@ -73,7 +73,7 @@ bool gemv_pre_add_fits(int64_t n, int64_t cols);
 // bf16 activations ([n, cols]), f32 out, on tensor cores, each weight read
 // once (skinny_gemm.cu). Only where skinny_gemm_fits (16-byte aligned
 // operands, cols a multiple of 16); the caller takes cuBLAS elsewhere.
-constexpr int kSkinnyGemmMaxTokens = 8;
+constexpr int kSkinnyGemmMaxTokens = 32;
 bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n);
 void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
                       float* y, int64_t ldy, cudaStream_t stream);
