@@ -4,6 +4,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/mma.h"  // bf16_bits: nearest-even rounding, as core/dtype.h's f32_to_bf16
 #include "backend/cuda/reduce.h"
 
 namespace tandem::cuda {
@@ -15,13 +16,6 @@ constexpr int kThreads = 256;
 unsigned blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return unsigned(b < 65535 * 16 ? b : 65535 * 16);
-}
-
-// f's bf16 bits, rounded to nearest even (split_bf16's hi part, the bf16
-// twins, core/dtype.h's f32_to_bf16).
-__device__ __forceinline__ uint16_t bf16_bits(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // nearest even; NaN stays NaN
 }
 
 __global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, int64_t dim, float eps,
@@ -49,7 +43,7 @@ __global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, int6
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
     const float v = xr[i] * r * (w ? w[i] : 1.f);
     yr[i] = v;
-    if (br) br[i] = bf16_bits(v);
+    if (br) br[i] = uint16_t(bf16_bits(v));
   }
 }
 
@@ -68,7 +62,7 @@ __global__ void gated_kernel(const float* gate, int64_t gate_stride, const float
   const float g = gate[r * gate_stride + i];
   const float v = (Act == 0 ? silu(g) : gelu_tanh(g)) * up[r * up_stride + i];
   out[r * out_stride + i] = v;
-  if (out_bf16) out_bf16[r * out_stride + i] = bf16_bits(v);
+  if (out_bf16) out_bf16[r * out_stride + i] = uint16_t(bf16_bits(v));
 }
 
 template <int Act>
@@ -210,7 +204,7 @@ __global__ void __launch_bounds__(kRowThreads)
     if (k >= dim) break;
     const float v = hv[i] * r2 * (next_w ? next_w[k] : 1.f);
     xr[k] = v;
-    if (br) br[k] = bf16_bits(v);
+    if (br) br[k] = uint16_t(bf16_bits(v));
   }
 }
 
@@ -243,7 +237,7 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* delta,
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
     const float v = hr[i] * r2 * (next_w ? next_w[i] : 1.f);
     xr[i] = v;
-    if (br) br[i] = bf16_bits(v);
+    if (br) br[i] = uint16_t(bf16_bits(v));
   }
 }
 
@@ -261,9 +255,9 @@ __global__ void split_bf16_kernel(const float* src, int64_t n, uint16_t* __restr
   pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads) {
-    const uint16_t h = bf16_bits(src[i]);
+    const uint16_t h = uint16_t(bf16_bits(src[i]));
     hi[i] = h;
-    if (lo) lo[i] = bf16_bits(src[i] - __uint_as_float(uint32_t(h) << 16));
+    if (lo) lo[i] = uint16_t(bf16_bits(src[i] - bf16_value(h)));
   }
 }
 
