@@ -429,10 +429,6 @@ void launch_any(const Wt* W, int64_t rows, int64_t cols, const float* x, int64_t
            y, f);
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,

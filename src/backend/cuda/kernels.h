@@ -68,6 +68,11 @@ int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated);
 // H200. Callers fall back to the unfused kernels where it does not.
 bool gemv_pre_add_fits(int64_t n, int64_t cols);
 
+// Whether p suits the kernels' 16-byte vector loads.
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // y[t * ldy + r] = Σ_c w[r, c] · x[t, c] for t < n ≤ kSkinnyGemmMaxTokens,
 // r < m: the batched decode steps' GEMM over bf16 weights ([m, cols]) and
 // bf16 activations ([n, cols]), f32 out, on tensor cores, each weight read

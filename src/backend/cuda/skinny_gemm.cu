@@ -92,25 +92,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int s0 = min(warp * per, steps), s1 = min(s0 + per, steps);
   auto valid = [&](int s) { return s * kStepCols + 16 * q < cols; };  // cols % 16 == 0
 
+  // Both rows' columns of steps s .. s + kUnroll - 1 (zeros past s1).
   Cols16 a[kUnroll][2];
+  auto load_round = [&](int s) {
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int s = s0 + u;
-    const bool ok = s < s1 && valid(s);
-    a[u][0] = load_weights(wa + s * kStepCols, ok);
-    a[u][1] = load_weights(wb + s * kStepCols, ok);
-  }
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool ok = s + u < s1 && valid(s + u);
+      a[u][0] = load_weights(wa + (s + u) * kStepCols, ok);
+      a[u][1] = load_weights(wb + (s + u) * kStepCols, ok);
+    }
+  };
+  load_round(s0);
   pdl_wait();
   float acc[TILES][4] = {};
   for (int s = s0; s < s1; s += kUnroll) {
-    if (s != s0) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const bool ok = s + u < s1 && valid(s + u);
-        a[u][0] = load_weights(wa + (s + u) * kStepCols, ok);
-        a[u][1] = load_weights(wb + (s + u) * kStepCols, ok);
-      }
-    }
+    if (s != s0) load_round(s);
     // Every activation load of the round goes out before the first mma.
     Cols16 b[kUnroll][TILES];
 #pragma unroll
@@ -150,10 +146,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int row = r0 + l / 4 + 8 * (i / 2), token = 8 * t + 2 * (l % 4) + i % 2;
     if (row < m && token < n) y[size_t(token) * size_t(ldy) + size_t(row)] = sum;
   }
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace
