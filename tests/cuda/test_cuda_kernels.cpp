@@ -13,9 +13,11 @@
 // Skipped, with the reason printed, where no CUDA device is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -239,6 +241,27 @@ TEST_F(CudaKernels, GemvSplitsTheColumnsOfShortMatrices) {
   EXPECT_EQ(cuda::gemv_bf16_split(64, 8192, 3, false), 1);
   EXPECT_EQ(cuda::gemv_bf16_split(130, 200, 1, false), 1);
   EXPECT_EQ(cuda::gemv_bf16_split(33, 70, 1, false), 1);
+}
+
+// Batch 1 takes the largest split whose warps fit in 1.25 waves of 4 blocks
+// of 8 warps on every SM (each warp keeping at least 32 loads), so no split
+// spills far past a wave (the shapes of llama-3.2-1b's qkv, o and down,
+// gemma-3-1b's down, ministral-3-3b's qkv).
+TEST_F(CudaKernels, GemvBatch1SplitStaysWithinAWaveAndAQuarter) {
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  const int64_t most = int64_t(125) * 4 * 8 * sms / 100;  // warps
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {3072, 2048}, {2048, 2048}, {2048, 8192}, {1152, 6912}, {6144, 3072}}) {
+    const int split = cuda::gemv_bf16_split(rows, cols, 1, false);
+    const int64_t units = rows / 2, chunks = cols / 8;  // two rows a warp, 8 columns a load
+    const std::string what = std::to_string(rows) + "x" + std::to_string(cols);
+    EXPECT_LE(units * split, std::max<int64_t>(most, units)) << what;
+    if (split < 8 && chunks / (2 * split) >= 32) {
+      EXPECT_GT(units * split * 2, most) << what << ": a larger split fits";
+    }
+  }
 }
 
 TEST_F(CudaKernels, GemvRejectsFusionsItCannotDo) {

@@ -2,6 +2,8 @@
 // decode speed, since it streams every weight once per step. The fusions of
 // GemvFusion (input norm, bias, residual add, gated MLP) ride in its loop
 // and epilogue (gemv_fusion.h).
+#include <algorithm>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/device_matrix.h"
 #include "backend/cuda/gemv_fusion.h"
@@ -30,6 +32,14 @@ void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_
          (long long)rows);
 }
 
+int resident_blocks(const void* kernel) {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarpsPerBlock * 32, 0) !=
+      cudaSuccess)
+    return 1;
+  return std::max(blocks, 1);
+}
+
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks) {
   // Measured on the H200 at batch 1 (tok/s, 16 / 24 / 32 warps): llama 888 /
   // 853 / 845, qwen3 576 / 571 / 557, gemma-3 729 / 755 / 751, ministral
@@ -42,6 +52,26 @@ int column_split(int64_t units, int64_t chunks, int64_t min_chunks) {
   const int64_t want = warps_per_sm * launch_limits(device).multiprocessors;
   int split = 1;
   while (split < 8 && units * split < want && chunks / (2 * split) >= min_chunks) split *= 2;
+  return split;
+}
+
+int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int blocks_per_sm) {
+  // Measured on the H200 at batch 1, context 128, with 4 blocks an SM (tok/s,
+  // the fill rule above / 100 / 125 / 150 percent): llama-3.2-1b 1,049 /
+  // 1,197 / 1,197-1,201 / 1,169, ministral-3-3b 399 / 436 / 431-434 / 413,
+  // qwen3-1.7b 647 / 731 / 733-735 / 717, gemma-4-e2b 405 / 423 / 419-424 /
+  // 405, gemma-3-1b 864 / 839 / 861-865 / 870. Batch 2 keeps the fill rule:
+  // it was measured under this one only while its kernels had also lost a
+  // block an SM to registers (which alone cost as much), so its effect there
+  // is unknown. The packed GEMV tied under it (llama q4 1,523 -> 1,488,
+  // ministral 611 -> 616) and keeps the fill rule too.
+  static const int64_t waves_percent = env_count("TANDEM_CUDA_GEMV_WAVES", 125);
+  int device = 0;
+  if (waves_percent == 0 || cudaGetDevice(&device) != cudaSuccess) return 1;
+  const int64_t most =
+      waves_percent * blocks_per_sm * kWarpsPerBlock * launch_limits(device).multiprocessors / 100;
+  int split = 1;
+  while (split < 8 && units * split * 2 <= most && chunks / (2 * split) >= min_chunks) split *= 2;
   return split;
 }
 
@@ -143,8 +173,9 @@ __device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* x, 
 // to reach HBM bandwidth), and SPLIT warps share a unit's columns
 // (ColumnShare) when its rows alone would leave SMs short of warps.
 template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
-__global__ void gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
-                              const float* x, float* y, GemvFusion f) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
+    gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int64_t cols, const float* x,
+                  float* y, GemvFusion f) {
   const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32;
   if (SPLIT == 1 && !wr.any()) return;  // split warps meet at gather_split's barrier
@@ -194,8 +225,9 @@ size_t pre_add_static_bytes(int n) {
 }
 
 template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
-__global__ void gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, int64_t cols,
-                                  const float* x, float* y, GemvFusion f) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
+    gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, int64_t cols, const float* x,
+                      float* y, GemvFusion f) {
   extern __shared__ __align__(16) float staged[];
   float* hs = staged;                 // [N][cols]: x, then h' · norm_weight
   float* us = staged + N * cols;      // [N][cols]: pre_add · pre_add_weight
@@ -380,6 +412,11 @@ struct VecShape {
   static int64_t units(int64_t rows) { return WarpRows<kRows, GATED>::units(rows); }
   static int split(int64_t rows, int64_t cols) {
     if (N > kMaxSplitBatch || cols % 8 != 0) return 1;
+    if constexpr (N == 1) {
+      static const int resident = resident_blocks(
+          reinterpret_cast<const void*>(gemv_bf16_vec<N, kRows, kUnroll, GATED, 1>));
+      return column_split_in_waves(units(rows), cols / 8, 16 * kUnroll, resident);
+    }
     return column_split(units(rows), cols / 8, 16 * kUnroll);
   }
 };

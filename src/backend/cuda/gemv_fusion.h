@@ -13,6 +13,14 @@
 namespace tandem::cuda::gemv {
 
 constexpr int kWarpsPerBlock = 8;
+// Blocks an SM must hold of the bf16 GEMVs over N batch rows (their launch
+// bounds): 4 at batch 1, so registers stay at 64 a thread (32 warps an SM
+// instead of the 24 that 66 left; figures at column_split_in_waves); 3 at
+// batch 2, which is what 72-80 registers gave before the bounds (a bound of 1
+// let them grow to 86-96, two blocks, and cost 5-9% at batch 2); 1 beyond.
+constexpr int gemv_min_blocks(int n) {
+  return n == 1 ? 4 : n == 2 ? 3 : 1;
+}
 constexpr int kMaxBatch = 8;  // batch rows a kernel keeps in registers
 // Batches of up to this many rows may split columns over warps (ColumnShare;
 // the decoder's GEMV steps over bf16 weights); larger ones do not, which
@@ -166,11 +174,21 @@ __device__ __forceinline__ bool gather_split(float (&acc)[ROWS][N], float (&ss)[
   }
 }
 
+// Blocks of a GEMV kernel (kWarpsPerBlock warps, no dynamic shared memory)
+// one SM holds at once, by its registers; at least 1. Host side.
+int resident_blocks(const void* kernel);
+
 // The column split for `units` warp units over rows of `chunks` loads: the
 // smallest power of two (at most 8) that gives the device's SMs
 // TANDEM_CUDA_GEMV_WARPS warps each (default 24; 0: never split), keeping
-// at least `min_chunks` loads a warp. Host side.
+// at least `min_chunks` loads a warp. Batch 2, and the packed GEMV. Host side.
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks);
+// Batch 1's: the largest power of two (at most 8) whose warps fit in 1.25
+// waves of `blocks_per_sm` blocks on every SM (TANDEM_CUDA_GEMV_WAVES, in
+// percent: default 125; 0 never splits), keeping at least `min_chunks`
+// loads a warp: more warps put more loads in flight, but past a wave the
+// last blocks run on a device that has mostly finished. Host side.
+int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int blocks_per_sm);
 
 // Calls run(std::integral_constant<int, SPLIT>{}) for split 1, 2, 4 or 8.
 template <class Run>
