@@ -155,6 +155,62 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
       Error);
 }
 
+// The gated variant (a fused gate/up matrix, the activation in the
+// epilogue) against act(gate) · up from double sums, partial 8-row groups
+// (37 and 100 pairs) and tiles; the bf16 copy is the f32 output rounded to
+// nearest even.
+TEST_F(CudaKernels, SkinnyGemmGatedMatchesDoubleSums) {
+  struct Shape {
+    int64_t pairs, cols;
+  };
+  for (Shape s : {Shape{8, 64}, Shape{37, 1152}, Shape{100, 80}})
+    for (cuda::GemvGate act : {cuda::GemvGate::SiLU, cuda::GemvGate::GeluTanh})
+      for (int64_t n : {1, 3, 8, 9, 16, 21, 32}) {
+        const int64_t F = s.pairs;
+        const auto w16 = to_bf16(random_floats(size_t(2 * F * s.cols), 43, 0.05f));
+        const auto x16 = to_bf16(random_floats(size_t(n * s.cols), 44, 2.f));
+        auto dw = upload(w16);
+        auto dx = upload(x16);
+        cuda::DeviceBuffer dy(size_t(n * F) * sizeof(float)), dyb(size_t(n * F) * 2);
+        cuda::skinny_gemm_gated_bf16(dw.as<uint16_t>(), F, s.cols, dx.as<uint16_t>(), n, act,
+                                     dy.as<float>(), dyb.as<uint16_t>(), nullptr);
+        const auto got = download<float>(dy, size_t(n * F));
+        const auto got16 = download<uint16_t>(dyb, size_t(n * F));
+        const auto rounded = to_bf16(got);
+        size_t bad = 0;
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t j = 0; j < F; ++j) {
+            double sums[2] = {0, 0}, mags[2] = {0, 0};
+            for (int half = 0; half < 2; ++half)
+              for (int64_t c = 0; c < s.cols; ++c) {
+                const double p = double(bf16_to_f32(w16[size_t((half * F + j) * s.cols + c)])) *
+                                 double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
+                sums[half] += p;
+                mags[half] += std::fabs(p);
+              }
+            const double g = sums[0], u = sums[1];
+            const double a =
+                act == cuda::GemvGate::SiLU
+                    ? g / (1 + std::exp(-g))
+                    : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+            const double want = a * u;
+            const double tol =
+                1e-5 * (1.2 * mags[0] * std::fabs(u) + std::fabs(a) * mags[1]) + 1e-6;
+            const size_t at = size_t(t * F + j);
+            if (!(std::fabs(got[at] - want) <= tol) && bad++ < 3)
+              ADD_FAILURE() << F << " pairs x " << s.cols << " n=" << n << " [" << t << ", " << j
+                            << "] gpu " << got[at] << " want " << want;
+            if (got16[at] != rounded[at] && bad++ < 3)
+              ADD_FAILURE() << "bf16 copy at [" << t << ", " << j << "] is not the rounded output";
+          }
+        EXPECT_EQ(bad, 0u) << F << " pairs x " << s.cols << " n=" << n;
+      }
+  cuda::DeviceBuffer w(64 * 64 * 2), x(64 * 2), y(64 * 4);
+  EXPECT_THROW(cuda::skinny_gemm_gated_bf16(w.as<uint16_t>(), 32, 64, x.as<uint16_t>(), 1,
+                                            cuda::GemvGate::None, y.as<float>(), nullptr, nullptr),
+               Error);
+}
+
 // Every fusion on both weight types and every kernel path: 16-byte bf16
 // chunks (cols % 8 == 0), float4 f32 rows (cols % 4 == 0) and the
 // one-element path (cols 70), batches 1 to 9 (one and two runs of 8), odd

@@ -83,6 +83,15 @@ constexpr int kSkinnyGemmMaxTokens = 32;
 bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n);
 void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
                       float* y, int64_t ldy, cudaStream_t stream);
+// The same over a fused gate/up matrix (w: [2F, cols], the F gate rows then
+// the F up rows) with the gated MLP's activation in the epilogue:
+// y[t, j] = act(gate_j · x[t]) · (up_j · x[t]) for j < F ([n, F] f32),
+// and when y_bf16 is set the same values rounded to bf16 (nearest even)
+// there ([n, F]; the next GEMM's input; must not alias x). Where
+// skinny_gemm_fits(w, 2F, cols, x, n); act is SiLU or GeluTanh.
+void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
+                            int64_t n, GemvGate act, float* y, uint16_t* y_bf16,
+                            cudaStream_t stream);
 
 // The same over f32 weights (W: [rows, cols] f32).
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,

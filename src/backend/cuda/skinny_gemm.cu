@@ -23,8 +23,14 @@
 // columns for the weights (A) and the activations (B), so each product
 // pairs a weight with its own activation. The first steps' weight loads go
 // out before the PDL wait.
+//
+// Gated (skinny_gemm_gated_bf16): a block's 16 rows are 8 gate rows and the
+// 8 up rows that pair with them (F rows further), so the mma's row g and
+// row g + 8 meet in one lane and the epilogue writes act(gate) · up — the
+// gated MLP's activation without a kernel of its own.
 #include <cstdint>
 
+#include "backend/cuda/activations.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -74,17 +80,21 @@ __device__ __forceinline__ Cols16 load_acts(const uint16_t* p, bool valid) {
   return c;
 }
 
-// TILES: 8-token mma tiles (tokens 8t + g of tile t), up to 4.
-template <int TILES>
+// TILES: 8-token mma tiles (tokens 8t + g of tile t), up to 4. GATED: m
+// outputs from 2m rows (gate rows, then up rows), act() applied, also
+// written rounded to bf16 to y_bf16 when set (same layout as y).
+template <int TILES, bool GATED>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_gemm_kernel(const uint16_t* __restrict__ W, int m, int cols, const uint16_t* x, int n,
-                       float* y, int64_t ldy) {
+                       float* y, int64_t ldy, GemvGate act, uint16_t* y_bf16) {
   __shared__ float partial[kWarps][TILES][32][4];
   pdl_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-  const int r0 = int(blockIdx.x) * 16;
-  // Rows past m read the last row (never stored).
-  const int row_a = min(r0 + g, m - 1), row_b = min(r0 + g + 8, m - 1);
+  // The block's first output row; rows past m read the last row (never
+  // stored).
+  const int r0 = int(blockIdx.x) * (GATED ? 8 : 16);
+  const int row_a = min(r0 + g, m - 1),
+            row_b = GATED ? m + min(r0 + g, m - 1) : min(r0 + g + 8, m - 1);
   const uint16_t* wa = W + size_t(row_a) * size_t(cols) + 16 * q;
   const uint16_t* wb = W + size_t(row_b) * size_t(cols) + 16 * q;
   // This warp's steps [s0, s1) of the row's ceil(cols / 64).
@@ -138,13 +148,33 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][t][lane][i] = acc[t][i];
   __syncthreads();
-  for (int e = int(threadIdx.x); e < TILES * 32 * 4; e += kWarps * 32) {
-    const int t = e / 128, l = (e / 4) % 32, i = e % 4;
-    float sum = 0.f;
+  if constexpr (GATED) {
+    // c0 / c1 are gate row g's sums for tokens 8t + 2q and 8t + 2q + 1, c2 /
+    // c3 the up row's.
+    for (int e = int(threadIdx.x); e < TILES * 32 * 2; e += kWarps * 32) {
+      const int t = e / 64, l = (e / 2) % 32, p = e % 2;
+      float gate = 0.f, up = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += partial[w][t][l][i];
-    const int row = r0 + l / 4 + 8 * (i / 2), token = 8 * t + 2 * (l % 4) + i % 2;
-    if (row < m && token < n) y[size_t(token) * size_t(ldy) + size_t(row)] = sum;
+      for (int w = 0; w < kWarps; ++w) {
+        gate += partial[w][t][l][p];
+        up += partial[w][t][l][p + 2];
+      }
+      const int row = r0 + l / 4, token = 8 * t + 2 * (l % 4) + p;
+      if (row >= m || token >= n) continue;
+      const float v = (act == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
+      const size_t at = size_t(token) * size_t(ldy) + size_t(row);
+      y[at] = v;
+      if (y_bf16) y_bf16[at] = uint16_t(bf16_bits(v));
+    }
+  } else {
+    for (int e = int(threadIdx.x); e < TILES * 32 * 4; e += kWarps * 32) {
+      const int t = e / 128, l = (e / 4) % 32, i = e % 4;
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += partial[w][t][l][i];
+      const int row = r0 + l / 4 + 8 * (i / 2), token = 8 * t + 2 * (l % 4) + i % 2;
+      if (row < m && token < n) y[size_t(token) * size_t(ldy) + size_t(row)] = sum;
+    }
   }
 }
 
@@ -165,11 +195,29 @@ void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
   if (ldy < m)
     fail("skinny_gemm_bf16: output stride %lld below %lld rows", (long long)ldy, (long long)m);
   const unsigned blocks = unsigned((m + 15) / 16);
-  const auto kernel = n <= 8    ? skinny_gemm_kernel<1>
-                      : n <= 16 ? skinny_gemm_kernel<2>
-                      : n <= 24 ? skinny_gemm_kernel<3>
-                                : skinny_gemm_kernel<4>;
-  launch(kernel, blocks, kWarps * 32, 0, stream, w, int(m), int(cols), x, int(n), y, ldy);
+  const auto kernel = n <= 8    ? skinny_gemm_kernel<1, false>
+                      : n <= 16 ? skinny_gemm_kernel<2, false>
+                      : n <= 24 ? skinny_gemm_kernel<3, false>
+                                : skinny_gemm_kernel<4, false>;
+  launch(kernel, blocks, kWarps * 32, 0, stream, w, int(m), int(cols), x, int(n), y, ldy,
+         GemvGate::None, static_cast<uint16_t*>(nullptr));
+}
+
+void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
+                            int64_t n, GemvGate act, float* y, uint16_t* y_bf16,
+                            cudaStream_t stream) {
+  if (act == GemvGate::None || !skinny_gemm_fits(w, 2 * F, cols, x, n))
+    fail(
+        "skinny_gemm_gated_bf16: %lld tokens x %lld columns, %lld gate/up pairs (an activation, "
+        "16-byte aligned operands, columns a multiple of 16, at most %d tokens)",
+        (long long)n, (long long)cols, (long long)F, kSkinnyGemmMaxTokens);
+  const unsigned blocks = unsigned((F + 7) / 8);
+  const auto kernel = n <= 8    ? skinny_gemm_kernel<1, true>
+                      : n <= 16 ? skinny_gemm_kernel<2, true>
+                      : n <= 24 ? skinny_gemm_kernel<3, true>
+                                : skinny_gemm_kernel<4, true>;
+  launch(kernel, blocks, kWarps * 32, 0, stream, w, int(F), int(cols), x, int(n), y, int64_t(F),
+         act, y_bf16);
 }
 
 }  // namespace tandem::cuda
