@@ -60,11 +60,11 @@ int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int
   // the fill rule above / 100 / 125 / 150 percent): llama-3.2-1b 1,049 /
   // 1,197 / 1,197-1,201 / 1,169, ministral-3-3b 399 / 436 / 431-434 / 413,
   // qwen3-1.7b 647 / 731 / 733-735 / 717, gemma-4-e2b 405 / 423 / 419-424 /
-  // 405, gemma-3-1b 864 / 839 / 861-865 / 870. Batch 2 keeps the fill rule:
-  // it was measured under this one only while its kernels had also lost a
-  // block an SM to registers (which alone cost as much), so its effect there
-  // is unknown. The packed GEMV tied under it (llama q4 1,523 -> 1,488,
-  // ministral 611 -> 616) and keeps the fill rule too.
+  // 405, gemma-3-1b 864 / 839 / 861-865 / 870. Batch 2 (3 blocks an SM),
+  // context 128, fill rule -> this one: llama 1,710 -> 1,750, qwen3 1,107 ->
+  // 1,184, ministral 738 -> 753, gemma-3 1,380 -> 1,398, gemma-4 691 -> 714.
+  // The packed GEMV tied under it (llama q4 1,523 -> 1,488, ministral 611 ->
+  // 616) and keeps the fill rule.
   static const int64_t waves_percent = env_count("TANDEM_CUDA_GEMV_WAVES", 125);
   int device = 0;
   if (waves_percent == 0 || cudaGetDevice(&device) != cudaSuccess) return 1;
@@ -412,12 +412,9 @@ struct VecShape {
   static int64_t units(int64_t rows) { return WarpRows<kRows, GATED>::units(rows); }
   static int split(int64_t rows, int64_t cols) {
     if (N > kMaxSplitBatch || cols % 8 != 0) return 1;
-    if constexpr (N == 1) {
-      static const int resident = resident_blocks(
-          reinterpret_cast<const void*>(gemv_bf16_vec<N, kRows, kUnroll, GATED, 1>));
-      return column_split_in_waves(units(rows), cols / 8, 16 * kUnroll, resident);
-    }
-    return column_split(units(rows), cols / 8, 16 * kUnroll);
+    static const int resident =
+        resident_blocks(reinterpret_cast<const void*>(gemv_bf16_vec<N, kRows, kUnroll, GATED, 1>));
+    return column_split_in_waves(units(rows), cols / 8, 16 * kUnroll, resident);
   }
 };
 

@@ -181,9 +181,9 @@ int resident_blocks(const void* kernel);
 // The column split for `units` warp units over rows of `chunks` loads: the
 // smallest power of two (at most 8) that gives the device's SMs
 // TANDEM_CUDA_GEMV_WARPS warps each (default 24; 0: never split), keeping
-// at least `min_chunks` loads a warp. Batch 2, and the packed GEMV. Host side.
+// at least `min_chunks` loads a warp. The packed GEMV's. Host side.
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks);
-// Batch 1's: the largest power of two (at most 8) whose warps fit in 1.25
+// The bf16 GEMV's (batches 1 and 2): the largest power of two (at most 8) whose warps fit in 1.25
 // waves of `blocks_per_sm` blocks on every SM (TANDEM_CUDA_GEMV_WAVES, in
 // percent: default 125; 0 never splits), keeping at least `min_chunks`
 // loads a warp: more warps put more loads in flight, but past a wave the
