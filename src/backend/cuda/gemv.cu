@@ -41,11 +41,11 @@ int resident_blocks(const void* kernel) {
 }
 
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks) {
-  // Measured on the H200 at batch 1 (tok/s, 16 / 24 / 32 warps): llama 888 /
-  // 853 / 845, qwen3 576 / 571 / 557, gemma-3 729 / 755 / 751, ministral
-  // 336 / 354 / 355, gemma-4 360 / 365 / 365: 24 loses nowhere. Bounding
-  // the split by occupancy (at most one wave of blocks) was measured too:
-  // llama +5%, gemma-3 -2%, ministral -3%; it is not done.
+  // The packed GEMV's rule (the bf16 GEMV's until the thirteenth session,
+  // when 66-register kernels held 3 blocks an SM). Measured then on the
+  // H200 at batch 1 (bf16, tok/s, 16 / 24 / 32 warps): llama 888 / 853 /
+  // 845, qwen3 576 / 571 / 557, gemma-3 729 / 755 / 751, ministral 336 /
+  // 354 / 355, gemma-4 360 / 365 / 365: 24 loses nowhere.
   static const int64_t warps_per_sm = env_count("TANDEM_CUDA_GEMV_WARPS", 24);
   int device = 0;
   if (warps_per_sm == 0 || cudaGetDevice(&device) != cudaSuccess) return 1;

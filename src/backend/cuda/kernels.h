@@ -371,7 +371,7 @@ void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cud
                  const GemvFusion& fusion = {}, void* scratch = nullptr, size_t scratch_bytes = 0);
 size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
 // gemv_bf16_split's counterpart over 16-byte vectors of packed codes (at
-// least 16 a warp).
+// least 16 a warp), by the fewest-warps rule (TANDEM_CUDA_GEMV_WARPS).
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated);
 // out[i, c] = bf16(w[r0 + i, c]) for i < m: tiles for cuBLAS prefill; and,
 // when out_lo is not null, out_lo[i, c] = bf16(w - out[i, c]) (the two
