@@ -808,8 +808,9 @@ struct Decoder::Impl {
       linear("down proj (+ residual)", L.down, L.down_bias, gate.as<float>(), T, hp, add);
       return;
     }
-    // The gate's twin: written by the activation above on twin steps (a
-    // fused step's gate comes from the gate/up GEMV, and twin_out is null).
+    // The gate's bf16 copy (gate_bf16): written on twin steps by the
+    // activation kernel or the gated GEMM above (a fused step's gate comes
+    // from the gate/up GEMV, and twin_out is null).
     linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op, {}, gate_bf16);
     if (defer) return;
     if (!leaves_out("residual + norm"))

@@ -183,11 +183,12 @@ int resident_blocks(const void* kernel);
 // TANDEM_CUDA_GEMV_WARPS warps each (default 24; 0: never split), keeping
 // at least `min_chunks` loads a warp. The packed GEMV's. Host side.
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks);
-// The bf16 GEMV's (batches 1 and 2): the largest power of two (at most 8) whose warps fit in 1.25
-// waves of `blocks_per_sm` blocks on every SM (TANDEM_CUDA_GEMV_WAVES, in
-// percent: default 125; 0 never splits), keeping at least `min_chunks`
-// loads a warp: more warps put more loads in flight, but past a wave the
-// last blocks run on a device that has mostly finished. Host side.
+// The bf16 GEMV's (batches 1 and 2): the largest power of two (at most 8)
+// whose warps fit in 1.25 waves of `blocks_per_sm` blocks on every SM
+// (TANDEM_CUDA_GEMV_WAVES, in percent: default 125; 0 never splits),
+// keeping at least `min_chunks` loads a warp: more warps put more loads in
+// flight, but past a wave the last blocks run on a device that has mostly
+// finished. Host side.
 int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int blocks_per_sm);
 
 // Calls run(std::integral_constant<int, SPLIT>{}) for split 1, 2, 4 or 8.
