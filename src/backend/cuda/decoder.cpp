@@ -385,10 +385,17 @@ struct Decoder::Impl {
   bool gated_gemm(const Layer& L, int64_t T) const {
     static const bool enabled = !env_is("TANDEM_CUDA_SKINNY_GATED", "0");
     const DevMatrix& w = L.gate_up;
-    return enabled && twins && !gemv_path(w, T) && T <= skinny_tokens && !w.affine &&
-           w.dtype == DType::BF16 && L.gate_up_bias.bytes() == 0 &&
-           skinny_gemm_fits(w.buf.as<uint16_t>(), w.rows, w.cols, twin.as<uint16_t>(), T) &&
+    return enabled && twins && !gemv_path(w, T) && !w.affine && w.dtype == DType::BF16 &&
+           L.gate_up_bias.bytes() == 0 &&
+           takes_skinny(w.buf.as<uint16_t>(), w.rows, w.cols, twin.as<uint16_t>(), T) &&
            xb.bytes() >= size_t(T * (w.rows / 2)) * sizeof(uint16_t);
+  }
+
+  // Whether a bf16 GEMM of n tokens over bf16 activations runs as the
+  // skinny GEMM (gemm_bf16, gated_gemm) rather than cuBLAS.
+  bool takes_skinny(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x,
+                    int64_t n) const {
+    return n <= skinny_tokens && skinny_gemm_fits(w, m, cols, x, n);
   }
 
   // y[n, rows] = x[n, cols] · Wᵀ (+ bias), with `fusion` (GEMV steps only:
@@ -472,7 +479,7 @@ struct Decoder::Impl {
     // as the transpose of its column-major [cols, m] view.
     if (!lo) {
       const auto* w16 = static_cast<const uint16_t*>(wrows);
-      if (n <= skinny_tokens && skinny_gemm_fits(w16, m, cols, hi, n)) {
+      if (takes_skinny(w16, m, cols, hi, n)) {
         skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream);
         return;
       }

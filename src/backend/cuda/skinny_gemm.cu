@@ -178,6 +178,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The kernel for n tokens: the fewest 8-token tiles that hold them.
+template <bool GATED>
+auto kernel_for(int64_t n) {
+  return n <= 8    ? skinny_gemm_kernel<1, GATED>
+         : n <= 16 ? skinny_gemm_kernel<2, GATED>
+         : n <= 24 ? skinny_gemm_kernel<3, GATED>
+                   : skinny_gemm_kernel<4, GATED>;
+}
+
 }  // namespace
 
 bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n) {
@@ -195,12 +204,8 @@ void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
   if (ldy < m)
     fail("skinny_gemm_bf16: output stride %lld below %lld rows", (long long)ldy, (long long)m);
   const unsigned blocks = unsigned((m + 15) / 16);
-  const auto kernel = n <= 8    ? skinny_gemm_kernel<1, false>
-                      : n <= 16 ? skinny_gemm_kernel<2, false>
-                      : n <= 24 ? skinny_gemm_kernel<3, false>
-                                : skinny_gemm_kernel<4, false>;
-  launch(kernel, blocks, kWarps * 32, 0, stream, w, int(m), int(cols), x, int(n), y, ldy,
-         GemvGate::None, static_cast<uint16_t*>(nullptr));
+  launch(kernel_for<false>(n), blocks, kWarps * 32, 0, stream, w, int(m), int(cols), x, int(n), y,
+         ldy, GemvGate::None, static_cast<uint16_t*>(nullptr));
 }
 
 void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
@@ -212,12 +217,8 @@ void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const ui
         "16-byte aligned operands, columns a multiple of 16, at most %d tokens)",
         (long long)n, (long long)cols, (long long)F, kSkinnyGemmMaxTokens);
   const unsigned blocks = unsigned((F + 7) / 8);
-  const auto kernel = n <= 8    ? skinny_gemm_kernel<1, true>
-                      : n <= 16 ? skinny_gemm_kernel<2, true>
-                      : n <= 24 ? skinny_gemm_kernel<3, true>
-                                : skinny_gemm_kernel<4, true>;
-  launch(kernel, blocks, kWarps * 32, 0, stream, w, int(F), int(cols), x, int(n), y, int64_t(F),
-         act, y_bf16);
+  launch(kernel_for<true>(n), blocks, kWarps * 32, 0, stream, w, int(F), int(cols), x, int(n), y,
+         int64_t(F), act, y_bf16);
 }
 
 }  // namespace tandem::cuda
