@@ -170,6 +170,10 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
           bool one_new_key = false;
           int multiprocessors = 0;
           bool bf16_inputs = false;
+          // The chunked kernel (PagedAttention::chunked), with its bulk row
+          // copies (sm_90) or cp.async (as before sm_90: cp_async_only).
+          bool chunked = false;
+          bool cp_async_only = false;
         };
         std::vector<Variant> variants = {{}};
         if (mma) {
@@ -183,6 +187,11 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
           variants.push_back({kw, false, 1, true});
           variants.push_back({kw, false, 0, true});
         }
+        if (mma && cuda::attention_decode_chunked_supported(base))
+          for (const bool one_new_key : {false, true})
+            for (const bool bf16_inputs : {false, true})
+              for (const bool cp_async_only : {false, true})
+                variants.push_back({1, one_new_key, 0, bf16_inputs, true, cp_async_only});
         for (const Variant& v : variants)
           for (int splits : {1, 3, 7, 45, 128}) {
             const double tol = v.bf16_inputs ? 1e-2 : mma ? 5e-5 : 2e-5;
@@ -196,6 +205,8 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
             gp.one_new_key = v.one_new_key;
             gp.multiprocessors = v.multiprocessors;
             gp.bf16_inputs = v.bf16_inputs;
+            gp.chunked = v.chunked;
+            gp.cp_async_only = v.cp_async_only;
             gp.partial = partial.as<float>();
             cuda::DeviceBuffer twin(want.size() * 2);
             gp.out_bf16 = twin.as<uint16_t>();
@@ -207,7 +218,7 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
                 std::to_string(c.ctx) + " splits " + std::to_string(splits) + " key warps " +
                 std::to_string(v.key_warps) + (v.one_new_key ? " one new key" : "") +
                 (v.multiprocessors ? " one stage" : "") + (v.bf16_inputs ? " bf16 inputs" : "") +
-                rows;
+                (v.chunked ? (v.cp_async_only ? " chunked (cp.async)" : " chunked") : "") + rows;
             size_t bad = 0;
             for (size_t i = 0; i < got.size(); ++i) {
               const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));

@@ -495,7 +495,9 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
   // the tensor-core kernel (attention_decode.cu), unless told otherwise.
   const bool tensor_cores = kernel == DecodeKernel::TensorCores ||
                             (kernel == DecodeKernel::Auto && attention_decode_mma_supported(pp));
-  if (tensor_cores)
+  if (tensor_cores && pp.chunked)
+    attention_decode_chunked(q, n, at, pp, out, stream);
+  else if (tensor_cores)
     attention_decode_mma(q, n, at, pp, out, stream);
   else
     attention_cuda_cores(q, n, at, pp, out, stream);

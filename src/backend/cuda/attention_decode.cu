@@ -283,32 +283,10 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
   if (first < end)
     fill(first, 0, first_rows, max(first, stable_end), first + KT, !(first < stable_end));
 
-  // q · scale of the G heads as hi/lo parts, staged by the whole block;
-  // rows past G are zeros. Up to eight loads in flight per thread: one at a
-  // time, each paid the L2 latency in series (64 of them per lane at head
-  // dim 256 in a one-warp block).
-  const float* qt = q + t * q_dim + size_t(kvh) * G * DH;
-  constexpr int kStagers = NT * KW, kQSteps = QR * (DH / 2) / kStagers;
-  constexpr int kQBatch = kQSteps < 8 ? kQSteps : 8;
-  static_assert(QR * (DH / 2) % kStagers == 0 && kQSteps % kQBatch == 0,
-                "q staging runs in whole batches");
-  const int stager = int(threadIdx.x);
-  for (int s0 = 0; s0 < kQSteps; s0 += kQBatch) {
-    float2 v[kQBatch];
-#pragma unroll
-    for (int j = 0; j < kQBatch; ++j) {
-      const int i = stager + kStagers * (s0 + j), r = i / (DH / 2), c = 2 * (i % (DH / 2));
-      v[j] = r < G ? *reinterpret_cast<const float2*>(qt + r * DH + c) : make_float2(0.f, 0.f);
-    }
-#pragma unroll
-    for (int j = 0; j < kQBatch; ++j) {
-      const int i = stager + kStagers * (s0 + j), r = i / (DH / 2), c = 2 * (i % (DH / 2));
-      uint32_t h2, l2;
-      split2(v[j].x * p.scale, v[j].y * p.scale, h2, l2);
-      *reinterpret_cast<uint32_t*>(q_hi + r * P + c) = h2;
-      if constexpr (!BQ) *reinterpret_cast<uint32_t*>(q_lo + r * P + c) = l2;
-    }
-  }
+  // q · scale of the G heads as hi/lo parts, staged by the whole block
+  // (rows past G: zeros).
+  stage_q_parts<QR, DH, NT * KW, BQ>(q + t * q_dim + size_t(kvh) * G * DH, G, p.scale, q_hi, q_lo,
+                                     P, int(threadIdx.x));
 
   float o[DO / 8][4];
 #pragma unroll
@@ -400,26 +378,8 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
     for (int half = 0; half < QR / 8; ++half) {
       const int r = g + 8 * half;
       if (r >= G) continue;
-      const float m = half ? m1 : m0, l = half ? l1 : l0;
-      const int64_t h = int64_t(kvh) * G + r;
-      if (p.splits == 1) {
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int64_t at = t * q_dim + h * DH + warp * DO + 2 * tq;
-#pragma unroll
-        for (int n = 0; n < DO / 8; ++n)
-          store_out2(p, out, at + n * 8, o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
-      } else {
-        float* part = split_partial(p, t, h, split, DH);
-        if (tq == 0 && warp == 0) {
-          part[0] = m;
-          part[1] = l;
-        }
-#pragma unroll
-        for (int n = 0; n < DO / 8; ++n) {
-          part[2 + warp * DO + n * 8 + 2 * tq] = o[n][2 * half];
-          part[2 + warp * DO + n * 8 + 2 * tq + 1] = o[n][2 * half + 1];
-        }
-      }
+      store_row_fragment(p, out, o, half, half ? m1 : m0, half ? l1 : l0, t, int64_t(kvh) * G + r,
+                         split, DH, warp * DO, tq, warp == 0 && tq == 0);
     }
   }
 }

@@ -185,6 +185,32 @@ int64_t decode_warp_keys(int64_t tile_keys) {
 // with 32, 922 with 64; qwen3-1.7b 544 / 575).
 constexpr int64_t kOneWarpMaxSplits = 32;
 
+// The chunked decode kernel (PagedAttention::chunked) on layers of head
+// dim TANDEM_DECODE_CHUNKED_MIN_DIM (default 256) or more whose step has at
+// most TANDEM_DECODE_CHUNKED_UNITS (token, kv head) units (default 16; 0:
+// never), each split keeping at least TANDEM_DECODE_CHUNKED_SPLIT_KEYS keys
+// (default one chunk), up to a block per SM and kChunkedMaxSplits. Measured
+// on the H200 against the key-warp blocks (tok/s, bench_cuda_decode, session
+// 14 runs 2-4): at head dim 256, gemma-3-1b batch 1 881 -> 949 (context
+// 128) and 857 -> 926 (4,096), gemma-4-e2b 424 -> 457 and 413 -> 442, at 2
+// and 8 sequences +4-6%; at dim 128 qwen3-1.7b 746 -> 757 but 665 -> 616 at
+// 4,096, ministral-3-3b 432 -> 438 and 401 -> 387; at dim 64 llama-3.2-1b
+// 1,207 -> 989 — hence the 256 floor.
+int64_t decode_chunked_min_dim() {
+  static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_MIN_DIM", 256);
+  return n;
+}
+int64_t decode_chunked_units() {
+  static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_UNITS", 16);
+  return n;
+}
+int64_t decode_chunked_split_keys() {
+  static const int64_t n = std::max<int64_t>(
+      1, env_count("TANDEM_DECODE_CHUNKED_SPLIT_KEYS", attention_decode_chunk_keys()));
+  return n;
+}
+constexpr int64_t kChunkedMaxSplits = 64;
+
 int64_t decode_min_split_keys() {
   static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_MIN_SPLIT_KEYS", 64));
   return n;
@@ -722,7 +748,18 @@ struct Decoder::Impl {
     // key warps: llama-3.2-1b batch 1 at context 1024 959 → 993 tok/s,
     // qwen3-1.7b 614 → 625, gemma-3-1b 757 → 748; 32 sequences gemma-3-1b
     // 13,922 → 14,027, gemma-4-e2b 6,619 → 6,525, llama equal.
+    const bool chunked =
+        mma && Dh >= decode_chunked_min_dim() && attention_decode_chunked_supported(p);
     auto plan_keys = [&](int64_t tokens) {
+      const int64_t units = tokens * ls.kv_heads;
+      p.chunked = chunked && units <= decode_chunked_units();
+      if (p.chunked) {
+        p.key_warps = 1;
+        const int64_t most = std::clamp<int64_t>(multiprocessors / units, 1, kChunkedMaxSplits);
+        const int64_t want = (keys + decode_chunked_split_keys() - 1) / decode_chunked_split_keys();
+        p.splits = int(std::clamp<int64_t>(want, 1, most));
+        return;
+      }
       p.key_warps = key_warps;
       if (key_warps == 1) {
         p.splits = splits_for(tokens);

@@ -189,6 +189,15 @@ struct PagedAttention {
   // further and merge in shared memory (1, or attention_decode_key_warps),
   // so a block's split needs no combine of its own.
   int key_warps = 1;
+  // The tensor-core decode kernel only: take the chunked kernel
+  // (attention_decode_chunked: a block's warps share each 128-key chunk,
+  // scores split by key, values by output dim) — for grids of few (token,
+  // kv head) units, where a block's instruction chain, not the rows' bytes,
+  // sets the time. splits then cut the keys over blocks; key_warps is unused.
+  bool chunked = false;
+  // Tests: the chunked kernel copies rows with cp.async (as before sm_90)
+  // even where bulk copies exist.
+  bool cp_async_only = false;
   // The tensor-core decode kernel only: every token of the step is its
   // sequence's only one (decode steps), so the one key an earlier kernel of
   // the step writes for a token is its own position; the kernel copies the
@@ -212,8 +221,10 @@ struct PagedAttention {
 // tensor cores (attention_decode_mma: bf16 rows, up to 16 query heads per kv
 // head, head dim 64, 128, 256 or 512; q·scale as bf16 hi/lo parts, so about
 // 1e-5 relative error per output against the CPU's 1e-7, or rounded to bf16
-// with bf16_inputs, about 2e-3), and one on CUDA cores for the rest. Auto takes the first where it
-// can (unless TANDEM_CUDA_DECODE_MMA=0); the tests ask for each.
+// with bf16_inputs, about 2e-3) — or, with p.chunked, its chunked variant
+// at head dim 64, 128 or 256 (the same numerics) — and one on CUDA cores for
+// the rest. Auto takes the first where it can (unless
+// TANDEM_CUDA_DECODE_MMA=0); the tests ask for each.
 enum class DecodeKernel { Auto, TensorCores, CudaCores };
 void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                      float* out, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::Auto);
@@ -227,6 +238,13 @@ int attention_decode_key_warps(const PagedAttention& p);
 int attention_decode_tile_keys(const PagedAttention& p);
 void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                           float* out, cudaStream_t stream);
+// Whether the chunked kernel takes p (the tensor-core kernel's shapes at head
+// dim 64, 128 or 256), the keys of its chunk (a block's keys per pass), and
+// its launch (attention_paged takes it when p.chunked), without the combine.
+bool attention_decode_chunked_supported(const PagedAttention& p);
+int attention_decode_chunk_keys();
+void attention_decode_chunked(const float* q, int64_t n, const StepLayout& at,
+                              const PagedAttention& p, float* out, cudaStream_t stream);
 // The same contract on tensor cores (flash attention) for steps that carry
 // runs of a sequence's consecutive tokens (prefill chunks): `tiles` (device,
 // [2 · n_tiles]) holds each query tile's first and one-past-last step token,

@@ -84,6 +84,36 @@ __device__ __forceinline__ float* split_partial(const PagedAttention& p, int64_t
   return p.partial + ((t * p.heads + h) * p.splits + split) * (dim + 2);
 }
 
+// One query row of a warp's mma output fragment — o[n][2·half] and
+// o[n][2·half + 1] hold dims dim0 + 8n + 2·tq and + 1 (n < NO) — for head
+// h of token t: normalized by its sum l into out (p.splits == 1), else
+// unnormalized into split `split`'s partial, whose m and l the lane with
+// `writes_ml` stores.
+template <int NO>
+__device__ __forceinline__ void store_row_fragment(const PagedAttention& p, float* out,
+                                                   const float (&o)[NO][4], int half, float m,
+                                                   float l, int64_t t, int64_t h, int split,
+                                                   int64_t dim, int64_t dim0, int tq,
+                                                   bool writes_ml) {
+  if (p.splits == 1) {
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int64_t at = (t * p.heads + h) * dim + dim0 + 2 * tq;
+#pragma unroll
+    for (int n = 0; n < NO; ++n)
+      store_out2(p, out, at + n * 8, o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
+    return;
+  }
+  float* part = split_partial(p, t, h, split, dim);
+  if (writes_ml) {
+    part[0] = m;
+    part[1] = l;
+  }
+#pragma unroll
+  for (int n = 0; n < NO; ++n)  // (dim + 2) even: every pair is 8-byte aligned
+    *reinterpret_cast<float2*>(part + 2 + dim0 + n * 8 + 2 * tq) =
+        make_float2(o[n][2 * half], o[n][2 * half + 1]);
+}
+
 // Four consecutive values as raw registers: float4 for f32 rows, uint2 (four
 // bf16) for bf16 ones, so a bf16 tile held for the next iteration takes
 // half the registers.

@@ -160,6 +160,34 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
+// Stages ROWS query rows of DH values (rows past G zeros) as q·scale in
+// bf16 hi/lo parts into shared memory rows of `pitch` (q_lo not written
+// when HI_ONLY), by the THREADS threads of the caller (thread index `i`),
+// up to eight loads in flight per thread (one at a time, each paid the L2
+// latency in series).
+template <int ROWS, int DH, int THREADS, bool HI_ONLY>
+__device__ __forceinline__ void stage_q_parts(const float* q, int G, float scale, uint16_t* q_hi,
+                                              uint16_t* q_lo, int pitch, int i) {
+  constexpr int kSteps = ROWS * (DH / 2) / THREADS, kBatch = kSteps < 8 ? kSteps : 8;
+  static_assert(ROWS * (DH / 2) % THREADS == 0 && kSteps % kBatch == 0, "whole q batches");
+  for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
+    float2 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int k = i + THREADS * (s0 + j), r = k / (DH / 2), c = 2 * (k % (DH / 2));
+      v[j] = r < G ? *reinterpret_cast<const float2*>(q + r * DH + c) : make_float2(0.f, 0.f);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int k = i + THREADS * (s0 + j), r = k / (DH / 2), c = 2 * (k % (DH / 2));
+      uint32_t h2, l2;
+      split2(v[j].x * scale, v[j].y * scale, h2, l2);
+      *reinterpret_cast<uint32_t*>(q_hi + r * pitch + c) = h2;
+      if constexpr (!HI_ONLY) *reinterpret_cast<uint32_t*>(q_lo + r * pitch + c) = l2;
+    }
+  }
+}
+
 // One warp's flash-attention steps over an mma tile of 16 query rows:
 // lane l holds rows g = l / 4 and g + 8 of the score and output fragments
 // (s[n][0..1], o[n][0..1] for row g; [2..3] for row g + 8), columns

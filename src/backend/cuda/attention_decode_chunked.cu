@@ -1,0 +1,361 @@
+// Decode attention for small grids (PagedAttention::chunked): attention_paged's
+// contract on tensor cores for a kv head's query heads of one token, where
+// a block takes its split's keys in chunks of 128 and its warps share each
+// chunk — the scores split over the warps by key, the weighted values by
+// output dim.
+//
+// Why: attention_decode.cu gives each warp its own keys and every output
+// dim, so a warp's work grows with the head dim (a head-dim 256 warp runs
+// 32 n-tiles of values and the block merges 8 warps' outputs through
+// shared memory). With one or a few (token, kv head) units a step (batch
+// 1-8 of Gemma 3's and Gemma 4's one kv head), that block is the whole
+// grid, and its time is one warp's instruction chain (13.6 us a layer for
+// gemma-3-1b's 128 keys in the thirteenth session's profile), not the
+// rows' bytes. Here a warp's chain is its keys' scores (16 or 32 keys over
+// the head dim) plus its dims' values (16 or 32 dims over the chunk): no
+// merge, and the chunk's rows are copied at once (one bulk copy per K and V
+// row on sm_90, cp.async before).
+//
+// A chunk: copy its K and V rows (V rows past the split's end zeroed:
+// weighted 0); each warp scores its keys (q · scale as
+// bf16, or hi/lo parts, the mma's A rows are the query heads, rows past G
+// zeros); the block's row maxima through shared memory; each warp turns
+// its scores into weights against the new maxima and stores them (bf16 or
+// hi/lo) in shared memory with its row sums; then each warp rescales its
+// output dims and adds weights · V over the chunk's keys. Every warp
+// derives the same running max and sum from shared memory, so the end
+// needs no merge: a warp writes its dims of the final output (splits == 1)
+// or of the split's partial for the combine kernel.
+#include <cfloat>
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.h"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/mma.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kChunkKeys = 128;
+constexpr int kRows = 16;  // mma rows: query heads of a kv head, at most
+constexpr int kPad = 8;    // bf16 row padding: ldmatrix rows hit distinct banks
+
+// The block's shape for head dim DH (64, 128 or 256): warps, each warp's
+// keys of a chunk (its score n-tiles · 8) and output dims (its value
+// n-tiles · 8, at least 16: the values' ldmatrix takes two n-tiles).
+template <int DH>
+struct ChunkShape {
+  static constexpr int kWarps = DH >= 128 ? 8 : 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kKeysPerWarp = kChunkKeys / kWarps;
+  static constexpr int kDimsPerWarp = DH / kWarps;
+  static constexpr int kPitch = DH + kPad;                // q, K and V rows
+  static constexpr int kWeightPitch = kChunkKeys + kPad;  // weight rows
+  // Shared memory, in this order: q hi, q lo [kRows][kPitch] bf16; K, V
+  // [kChunkKeys][kPitch] bf16; weights hi, lo [kRows][kWeightPitch] bf16;
+  // row maxima, row sums [kWarps][kRows] f32; the chunk's mbarrier.
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kK = kQ + size_t(2) * 2 * kRows * kPitch;
+  static constexpr size_t kV = kK + size_t(2) * kChunkKeys * kPitch;
+  static constexpr size_t kWeights = kV + size_t(2) * kChunkKeys * kPitch;
+  static constexpr size_t kStats = kWeights + size_t(2) * 2 * kRows * kWeightPitch;
+  static constexpr size_t kBarrier = kStats + size_t(4) * 2 * kWarps * kRows;
+  static constexpr size_t kBytes = kBarrier + 8;
+  static_assert(kKeysPerWarp % 16 == 0 && kDimsPerWarp % 16 == 0, "whole ldmatrix pairs");
+  static_assert(kBarrier % 8 == 0 && (kPitch * 2) % 16 == 0, "aligned rows and barrier");
+  static_assert(kChunkKeys <= kThreads, "a thread per key row");
+};
+
+// grid: (tokens · kv heads, splits); ChunkShape<DH>::kThreads threads;
+// ChunkShape<DH>::kBytes of shared memory. BQ: q·scale and the weights
+// rounded to bf16 (PagedAttention::bf16_inputs), else hi/lo parts. BULK:
+// one bulk copy per row (sm_90), else cp.async per 16 bytes.
+template <int DH, bool BQ, bool BULK>
+__global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
+    chunked_decode_kernel(const float* q, StepLayout at, PagedAttention p,
+                          float* __restrict__ out) {
+  using S = ChunkShape<DH>;
+  constexpr int NT = S::kThreads, NW = S::kWarps, KPW = S::kKeysPerWarp, DPW = S::kDimsPerWarp;
+  constexpr int P = S::kPitch, WP = S::kWeightPitch, C = kChunkKeys;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kBulk = BULK;
+#else
+  constexpr bool kBulk = false;
+#endif
+  extern __shared__ __align__(16) uint8_t shared_raw[];
+  uint16_t* q_hi = reinterpret_cast<uint16_t*>(shared_raw + S::kQ);
+  uint16_t* q_lo = q_hi + kRows * P;
+  uint16_t* k_rows = reinterpret_cast<uint16_t*>(shared_raw + S::kK);
+  uint16_t* v_rows = reinterpret_cast<uint16_t*>(shared_raw + S::kV);
+  uint16_t* w_hi = reinterpret_cast<uint16_t*>(shared_raw + S::kWeights);
+  uint16_t* w_lo = w_hi + kRows * WP;
+  float* row_max = reinterpret_cast<float*>(shared_raw + S::kStats);  // [NW][kRows]
+  float* row_sum = row_max + NW * kRows;
+  uint64_t* bar = reinterpret_cast<uint64_t*>(shared_raw + S::kBarrier);
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  pdl_launch_dependents();
+  const int G = int(p.heads / p.kv_heads);
+  const int64_t t = blockIdx.x / p.kv_heads;
+  const int kvh = int(blockIdx.x % p.kv_heads), split = int(blockIdx.y);
+  const KeyRange keys = split_keys(at, p, t, split);
+  const int first = int(keys.first), end = int(keys.end);
+  const PagedRows rows = paged_rows(at, p, t, kvh);
+  const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
+  const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
+
+  // The chunk at kb's keys in [from, to) into K and V. Bulk copies: thread
+  // c copies key kb + c's two rows on the chunk's barrier, whose phase
+  // thread 0 arms once per chunk (`arm`) for the chunk's rows below the
+  // split's end; the V rows past the end up to the values' last 16-key step
+  // are zeroed (their weights are 0, and 0 · NaN from stale shared memory
+  // would not be). cp.async: the block copies 16 bytes at a time, zeros
+  // past the end, as one group.
+  auto copy_chunk = [&](int kb, int from, int to, bool arm) {
+    if constexpr (kBulk) {
+      const int n_rows = min(C, end - kb);
+      if (arm && tid == 0) mbarrier_expect_tx(bar, uint32_t(n_rows * 2 * DH * 2));
+      const int key = kb + tid;
+      if (tid < C && key >= from && key < to) {
+        if (key < end) {
+          const size_t r = rows.row(key);
+          fence_async_shared();  // earlier reads of these bytes before the copies overwrite them
+          bulk_copy(k_rows + tid * P, kbase + r, DH * 2, bar);
+          bulk_copy(v_rows + tid * P, vbase + r, DH * 2, bar);
+        } else if (tid < (n_rows + 15) / 16 * 16) {
+          for (int d = 0; d < DH; d += 8)
+            *reinterpret_cast<uint4*>(v_rows + tid * P + d) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    } else {
+      for (int i = tid; i < C * (DH / 8); i += NT) {
+        const int c = i / (DH / 8), d = 8 * (i % (DH / 8)), key = kb + c;
+        if (key < from || key >= to) continue;
+        const bool ok = key < end;
+        const size_t r = ok ? rows.row(key) + size_t(d) : 0;
+        cp_async16(k_rows + c * P + d, kbase + r, ok);
+        cp_async16(v_rows + c * P + d, vbase + r, ok);
+      }
+      cp_async_commit();
+    }
+  };
+  uint32_t parity = 0;
+  auto wait_chunk = [&] {
+    if constexpr (kBulk) {
+      mbarrier_wait(bar, parity);
+      parity ^= 1u;
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies (and, the first time, q) are visible
+  };
+
+  if constexpr (kBulk) {
+    if (tid == 0) mbarrier_init(bar);
+    __syncthreads();
+  }
+  // The first chunk's keys that no earlier kernel of the step writes go out
+  // before the PDL wait (p.one_new_key: all but the token's own position);
+  // the rest after it.
+  const int stable_end = p.one_new_key ? min(end, int(at.key_end[t]) - 1) : first;
+  if (first < stable_end) copy_chunk(first, first, stable_end, true);
+  pdl_wait();
+  if (first < end) copy_chunk(first, max(first, stable_end), first + C, !(first < stable_end));
+
+  // q · scale of the G heads (rows past G: zeros).
+  stage_q_parts<kRows, DH, NT, BQ>(q + t * p.heads * DH + int64_t(kvh) * G * DH, G, p.scale, q_hi,
+                                   q_lo, P, tid);
+
+  // This lane's output fragments (rows g and g + 8, the warp's DPW dims)
+  // and the rows' running max and sum (the same in every warp).
+  float o[DPW / 8][4];
+#pragma unroll
+  for (int n = 0; n < DPW / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;
+  const int mat = lane / 8,
+            mrow = lane % 8;  // ldmatrix: lane l addresses row l % 8 of matrix l / 8
+
+  for (int kb = first; kb < end; kb += C) {
+    wait_chunk();
+    // This warp's scores: keys kb + warp · KPW + [0, KPW).
+    float s[KPW / 8][4];
+#pragma unroll
+    for (int n = 0; n < KPW / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    if (kb + warp * KPW < end)  // a warp whose keys are all past the end leaves them masked
+      warp_scores<true, KPW / 8, true, BQ>(s, q_hi, q_lo, P, k_rows + warp * KPW * P, nullptr, P,
+                                           DH);
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < KPW / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = s[n][e];
+        if (p.softcap > 0.f) v = p.softcap * tanhf(v / p.softcap);
+        v = kb + warp * KPW + n * 8 + 2 * tq + (e & 1) < end ? v : -INFINITY;
+        s[n][e] = v;
+        if (e < 2)
+          mx0 = fmaxf(mx0, v);
+        else
+          mx1 = fmaxf(mx1, v);
+      }
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+    }
+    if (tq == 0) {
+      row_max[warp * kRows + g] = mx0;
+      row_max[warp * kRows + g + 8] = mx1;
+    }
+    __syncthreads();
+    // The rows' new max over the chunk (finite: m starts at -FLT_MAX).
+    float n0 = m0, n1 = m1;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      n0 = fmaxf(n0, row_max[w * kRows + g]);
+      n1 = fmaxf(n1, row_max[w * kRows + g + 8]);
+    }
+    const float c0 = expf(m0 - n0), c1 = expf(m1 - n1);
+    m0 = n0;
+    m1 = n1;
+    // Weights exp(s - max) (masked keys: 0) into shared memory as the
+    // A operand of the values' product, and this warp's row sums.
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int n = 0; n < KPW / 8; ++n) {
+      const float w0 = expf(s[n][0] - n0), w1 = expf(s[n][1] - n0);
+      const float w2 = expf(s[n][2] - n1), w3 = expf(s[n][3] - n1);
+      sum0 += w0 + w1;
+      sum1 += w2 + w3;
+      const int col = warp * KPW + n * 8 + 2 * tq;
+      uint32_t h01, l01, h23, l23;
+      split2(w0, w1, h01, l01);
+      split2(w2, w3, h23, l23);
+      *reinterpret_cast<uint32_t*>(w_hi + g * WP + col) = h01;
+      *reinterpret_cast<uint32_t*>(w_hi + (g + 8) * WP + col) = h23;
+      if constexpr (!BQ) {
+        *reinterpret_cast<uint32_t*>(w_lo + g * WP + col) = l01;
+        *reinterpret_cast<uint32_t*>(w_lo + (g + 8) * WP + col) = l23;
+      }
+    }
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      sum0 += __shfl_xor_sync(0xffffffffu, sum0, x);
+      sum1 += __shfl_xor_sync(0xffffffffu, sum1, x);
+    }
+    if (tq == 0) {
+      row_sum[warp * kRows + g] = sum0;
+      row_sum[warp * kRows + g + 8] = sum1;
+    }
+    __syncthreads();
+    l0 *= c0;
+    l1 *= c1;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      l0 += row_sum[w * kRows + g];
+      l1 += row_sum[w * kRows + g + 8];
+    }
+#pragma unroll
+    for (int n = 0; n < DPW / 8; ++n) {
+      o[n][0] *= c0;
+      o[n][1] *= c0;
+      o[n][2] *= c1;
+      o[n][3] *= c1;
+    }
+    // o += weights · V over the chunk's keys below the end (in 16-key
+    // steps), for this warp's dims.
+    const int steps = (min(C, end - kb) + 15) / 16;
+#pragma unroll 4
+    for (int kk = 0; kk < steps; ++kk) {
+      const int a_at = (mrow + 8 * (mat % 2)) * WP + kk * 16 + 8 * (mat / 2);
+      uint32_t ah[4], al[4] = {0u, 0u, 0u, 0u};
+      ldmatrix_x4(ah, w_hi + a_at);
+      if constexpr (!BQ) ldmatrix_x4(al, w_lo + a_at);
+#pragma unroll
+      for (int nd = 0; nd < DPW / 16; ++nd) {
+        const int b_at =
+            (kk * 16 + 8 * (mat % 2) + mrow) * P + warp * DPW + nd * 16 + 8 * (mat / 2);
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_rows + b_at);
+        mma_parts<true, BQ>(o[2 * nd], ah, al, b[0], b[1], 0u, 0u);
+        mma_parts<true, BQ>(o[2 * nd + 1], ah, al, b[2], b[3], 0u, 0u);
+      }
+    }
+    if (kb + C < end) {
+      __syncthreads();  // every warp is done with this chunk's rows and weights
+      copy_chunk(kb + C, kb + C, kb + 2 * C, true);
+    }
+  }
+
+  // Rows g and g + 8 are heads kvh · G + g and + 8 where below G.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = g + 8 * half;
+    if (r >= G) continue;
+    store_row_fragment(p, out, o, half, half ? m1 : m0, half ? l1 : l0, t, int64_t(kvh) * G + r,
+                       split, DH, warp * DPW, tq, warp == 0 && tq == 0);
+  }
+}
+
+template <int DH, bool BQ, bool BULK>
+void launch_chunked(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
+                    float* out, cudaStream_t stream) {
+  using S = ChunkShape<DH>;
+  const auto kernel = chunked_decode_kernel<DH, BQ, BULK>;
+  static_assert(S::kBytes > (size_t(48) << 10), "opts in to more than 48 KiB");
+  allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
+  launch(kernel, grid, S::kThreads, S::kBytes, stream, q, at, p, out);
+}
+
+template <int DH>
+void launch_chunked(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
+                    bool bulk, float* out, cudaStream_t stream) {
+  if (p.bf16_inputs) {
+    if (bulk)
+      launch_chunked<DH, true, true>(grid, q, at, p, out, stream);
+    else
+      launch_chunked<DH, true, false>(grid, q, at, p, out, stream);
+  } else {
+    if (bulk)
+      launch_chunked<DH, false, true>(grid, q, at, p, out, stream);
+    else
+      launch_chunked<DH, false, false>(grid, q, at, p, out, stream);
+  }
+}
+
+}  // namespace
+
+bool attention_decode_chunked_supported(const PagedAttention& p) {
+  if (!attention_decode_mma_supported(p))
+    return false;  // sm_80+, bf16 rows, ≤ 16 heads per kv head
+  return p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256;
+}
+
+int attention_decode_chunk_keys() {
+  return kChunkKeys;
+}
+
+void attention_decode_chunked(const float* q, int64_t n, const StepLayout& at,
+                              const PagedAttention& p, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (!attention_decode_chunked_supported(p))
+    fail(
+        "attention_decode_chunked: heads %lld / kv_heads %lld of dim %lld over %s rows unsupported",
+        (long long)p.heads, (long long)p.kv_heads, (long long)p.head_dim,
+        p.kv_bf16 ? "bf16" : "f32");
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const bool bulk = launch_limits(device).cc_major >= 9 && !p.cp_async_only;
+  const dim3 grid(unsigned(n * p.kv_heads), unsigned(p.splits));
+  if (p.head_dim == 64)
+    launch_chunked<64>(grid, q, at, p, bulk, out, stream);
+  else if (p.head_dim == 128)
+    launch_chunked<128>(grid, q, at, p, bulk, out, stream);
+  else
+    launch_chunked<256>(grid, q, at, p, bulk, out, stream);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tandem::cuda
