@@ -369,3 +369,170 @@ TEST(CudaPrefillTiles, LeadingDecodeTokensTakeTheDecodeKernel) {
 }
 
 }  // namespace
+
+namespace {
+
+// A decode step of n sequences, one token each at position ctx - 1 (its
+// own paged blocks, shuffled in a pool): for the fused qkv post test.
+struct DecodeStep {
+  int64_t n, ctx, block_size = 16, nblocks;
+  std::vector<int32_t> tables, seq, start;
+  std::vector<int64_t> positions, key_end;
+  cuda::DeviceBuffer dt, ds, dst, dp, de;
+  cuda::StepLayout at;
+  DecodeStep(int64_t n_, int64_t ctx_) : n(n_), ctx(ctx_) {
+    nblocks = (ctx + block_size - 1) / block_size;
+    tables.resize(size_t(n * nblocks));
+    std::iota(tables.begin(), tables.end(), 2);
+    std::shuffle(tables.begin(), tables.end(), std::mt19937(5));
+    for (int64_t t = 0; t < n; ++t) {
+      seq.push_back(int32_t(t));
+      start.push_back(int32_t(t * nblocks));
+      positions.push_back(ctx - 1);
+      key_end.push_back(ctx);
+    }
+    dt = upload(tables), ds = upload(seq), dst = upload(start), dp = upload(positions),
+    de = upload(key_end);
+    at.positions = dp.as<int64_t>();
+    at.key_end = de.as<int64_t>();
+    at.seq = ds.as<int32_t>();
+    at.tables = dt.as<int32_t>();
+    at.table_start = dst.as<int32_t>();
+  }
+  int64_t pool_rows() const { return (int64_t(tables.size()) + 2) * block_size; }
+};
+
+}  // namespace
+
+// The chunked kernel doing qkv_post's work itself (attention_paged with a
+// QkvPost) against qkv_post and then the same kernel: the attention output
+// within 1e-3 relative (the norms' sums are taken in another order, which
+// can flip a new K or V value's bf16 rounding: 2^-8 of one key's share),
+// the new cache rows within one bf16 step, every other row untouched.
+// Query-head groups of 1, 4, 8 and 16; own K/V or a shared source layer's
+// (q only); v norm and K = V (Gemma 4); the query temperature (Ministral
+// 3); splits 1 and 3; bf16 and hi/lo inputs; bulk copies and cp.async.
+TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
+  struct FusedCase {
+    int64_t heads, kv_heads, head_dim, n, ctx;
+    bool own_kv, v_norm, k_eq_v;
+    float temp_beta;
+  };
+  for (const FusedCase& c : {FusedCase{4, 1, 256, 1, 140, true, false, false, 0.f},
+                             FusedCase{8, 1, 256, 3, 300, true, true, true, 0.f},
+                             FusedCase{16, 2, 128, 2, 77, true, false, false, 0.1f},
+                             FusedCase{4, 4, 64, 5, 40, true, false, false, 0.f},
+                             FusedCase{8, 1, 256, 2, 130, false, false, false, 0.f}}) {
+    const int64_t Dh = c.head_dim, Q = c.heads * Dh, KV = c.kv_heads * Dh;
+    const int64_t stride = Q + (c.k_eq_v ? KV : 2 * KV);
+    DecodeStep step(c.n, c.ctx);
+    const int64_t kv_values = step.pool_rows() * KV;
+    std::vector<uint16_t> k0(static_cast<size_t>(kv_values)), v0(static_cast<size_t>(kv_values));
+    const auto kf = random_floats(k0.size(), 21), vf = random_floats(v0.size(), 22);
+    for (size_t i = 0; i < k0.size(); ++i) {
+      k0[i] = f32_to_bf16(kf[i]);
+      v0[i] = f32_to_bf16(vf[i]);
+    }
+    const auto qkv = random_floats(size_t(c.n * stride), 23);
+    std::vector<float> q_norm = random_floats(size_t(Dh), 24),
+                       k_norm = random_floats(size_t(Dh), 25);
+    for (float& w : q_norm) w += 1.5f;
+    for (float& w : k_norm) w += 1.5f;
+    std::vector<float> inv_freq(size_t(Dh / 2));
+    for (int64_t i = 0; i < Dh / 2; ++i)
+      inv_freq[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(Dh));
+    auto dqkv = upload(qkv), dqn = upload(q_norm), dkn = upload(k_norm), dif = upload(inv_freq);
+
+    for (const bool bf16_inputs : {false, true})
+      for (const bool cp_async_only : {false, true})
+        for (const int splits : {1, 3}) {
+          auto rk = upload(k0), rv = upload(v0), fk = upload(k0), fv = upload(v0);
+          cuda::QkvPost post;
+          post.heads = c.heads;
+          post.kv_heads = c.kv_heads;
+          post.head_dim = Dh;
+          post.stride = stride;
+          post.own_kv = c.own_kv;
+          post.k_eq_v = c.k_eq_v;
+          post.qk_norm = true;
+          post.v_norm = c.v_norm;
+          post.q_norm = dqn.as<float>();
+          post.k_norm = dkn.as<float>();
+          post.inv_freq = dif.as<float>();
+          post.rotary_dim = Dh;
+          post.rope_scaling = 1.25f;
+          post.temp_beta = c.temp_beta;
+          post.temp_base = 8.f;
+          post.kv_bf16 = true;
+          post.block_size = step.block_size;
+          cuda::PagedAttention p;
+          p.heads = c.heads;
+          p.kv_heads = c.kv_heads;
+          p.head_dim = Dh;
+          p.scale = 1.f / std::sqrt(float(Dh));
+          p.kv_bf16 = true;
+          p.block_size = step.block_size;
+          p.splits = splits;
+          p.chunked = true;
+          p.one_new_key = true;
+          p.bf16_inputs = bf16_inputs;
+          p.cp_async_only = cp_async_only;
+          cuda::DeviceBuffer partial(
+              std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, Dh, splits)) * 4);
+          p.partial = partial.as<float>();
+          const std::string what =
+              "H" + std::to_string(c.heads) + " K" + std::to_string(c.kv_heads) + " Dh" +
+              std::to_string(Dh) + " n " + std::to_string(c.n) + " splits " +
+              std::to_string(splits) + (c.own_kv ? "" : " shared kv") +
+              (bf16_inputs ? " bf16 inputs" : "") + (cp_async_only ? " cp.async" : "");
+          ASSERT_TRUE(cuda::attention_decode_chunked_supported(p)) << what;
+
+          // Reference: qkv_post, then the chunked kernel over its q.
+          cuda::DeviceBuffer dq(size_t(c.n * Q) * 4), want_out(size_t(c.n * Q) * 4),
+              got_out(size_t(c.n * Q) * 4);
+          post.q_out = dq.as<float>();
+          post.k_cache = rk.get();
+          post.v_cache = rv.get();
+          cuda::qkv_post(dqkv.as<float>(), c.n, step.at, post, nullptr);
+          p.k_base = rk.get();
+          p.v_base = rv.get();
+          cuda::attention_paged(dq.as<float>(), c.n, step.at, p, want_out.as<float>(), nullptr,
+                                cuda::DecodeKernel::TensorCores);
+          // Fused, on its own copy of the rows.
+          post.q_out = nullptr;
+          post.k_cache = fk.get();
+          post.v_cache = fv.get();
+          p.k_base = fk.get();
+          p.v_base = fv.get();
+          ASSERT_TRUE(cuda::attention_decode_chunked_fuses_post(p, post)) << what;
+          cuda::attention_paged(dqkv.as<float>(), c.n, step.at, p, got_out.as<float>(), nullptr,
+                                cuda::DecodeKernel::TensorCores, &post);
+
+          const auto want = download<float>(want_out, size_t(c.n * Q));
+          const auto got = download<float>(got_out, size_t(c.n * Q));
+          size_t bad = 0;
+          for (size_t i = 0; i < got.size(); ++i)
+            if (!(std::fabs(got[i] - want[i]) <= 1e-3 * (1.0 + std::fabs(want[i]))) && bad++ < 3)
+              ADD_FAILURE() << what << " out [" << i << "] fused " << got[i] << " unfused "
+                            << want[i];
+          EXPECT_EQ(bad, 0u) << what;
+          const auto wk = download<uint16_t>(rk, k0.size()), gk = download<uint16_t>(fk, k0.size());
+          const auto wv = download<uint16_t>(rv, v0.size()), gv = download<uint16_t>(fv, v0.size());
+          size_t moved = 0, off_by_more = 0;
+          for (size_t i = 0; i < k0.size(); ++i)
+            for (const auto& [w, g] : {std::pair{wk[i], gk[i]}, std::pair{wv[i], gv[i]}}) {
+              moved += w != g;
+              off_by_more += std::abs(int(w) - int(g)) > 1;
+            }
+          EXPECT_EQ(off_by_more, 0u) << what << ": cache rows more than one bf16 step apart";
+          EXPECT_LE(moved, size_t(c.n * KV / 8)) << what << ": cache values that differ";
+          if (c.own_kv) {  // the new rows were written at all
+            const int64_t pos = c.ctx - 1;
+            const int64_t row = (step.tables[size_t(pos / step.block_size)] * step.block_size +
+                                 pos % step.block_size) *
+                                KV;
+            EXPECT_NE(gk[size_t(row)], k0[size_t(row)]) << what << ": new K row not written";
+          }
+        }
+  }
+}

@@ -449,9 +449,9 @@ TEST(CudaDecoderBatch, DeviceSamplingPicksWhatTheCpuSamplerPicks) {
 // checkpoint at that shape (synth_checkpoint; 3 layers, sliding window 64
 // on layers 0 and 2) fed 300 tokens one per step (graph replays, the
 // chunked decode kernel with its copies before the PDL wait, splits and
-// their combine past 128 keys), with bf16 KV rows, against the CPU
-// decoder rounding its rows the same way: within 1e-2 × std, the fixtures'
-// bf16-rows tolerance.
+// their combine past 128 keys, qkv post inside it or not), with bf16 KV
+// rows, against the CPU decoder rounding its rows the same way: within
+// 1e-2 × std, the fixtures' bf16-rows tolerance.
 TEST(CudaDecoderHeadDim256, OneTokenStepsMatchTheCpuDecoder) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
@@ -481,14 +481,21 @@ TEST(CudaDecoderHeadDim256, OneTokenStepsMatchTheCpuDecoder) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 512);
   const int64_t n = int64_t(ids.size());
   const std::vector<float> want = cpu_bf16_rows(*model, ids, 0).first;
-  KvPool kv_pool = single_sequence_pool(model->spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
-  cuda::Decoder gpu(*model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
-  SequenceKv kv;
-  std::vector<float> got(size_t(n * model->spec.vocab));
-  run_sequence(gpu, ids.data(), n, kv, got.data(), true);
-  const double err = relative_error(got, want);
-  std::printf("[cuda decoder] head dim 256, one token per step: max|gpu - cpu| = %.2e x std\n",
-              err);
-  EXPECT_LE(err, 1e-2);
+  // With qkv post inside the chunked kernel (the default) and as its own
+  // kernel (TANDEM_CUDA_FUSE_QKV_POST=0).
+  for (const bool fused : {true, false}) {
+    if (!fused) setenv("TANDEM_CUDA_FUSE_QKV_POST", "0", 1);
+    KvPool kv_pool =
+        single_sequence_pool(model->spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
+    cuda::Decoder gpu(*model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
+    SequenceKv kv;
+    std::vector<float> got(size_t(n * model->spec.vocab));
+    run_sequence(gpu, ids.data(), n, kv, got.data(), true);
+    unsetenv("TANDEM_CUDA_FUSE_QKV_POST");
+    const double err = relative_error(got, want);
+    std::printf("[cuda decoder] head dim 256, one token per step%s: max|gpu - cpu| = %.2e x std\n",
+                fused ? "" : " (qkv post unfused)", err);
+    EXPECT_LE(err, 1e-2) << (fused ? "qkv post fused" : "qkv post unfused");
+  }
   std::filesystem::remove_all(dir);
 }

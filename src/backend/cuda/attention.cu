@@ -478,7 +478,8 @@ size_t attention_partial_floats(int64_t n, int64_t heads, int64_t head_dim, int 
 }
 
 void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
-                     float* out, cudaStream_t stream, DecodeKernel kernel) {
+                     float* out, cudaStream_t stream, DecodeKernel kernel,
+                     const QkvPost* fused_post) {
   if (n <= 0) return;
   if (p.head_dim > 32 * kMaxDimsPerLane || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 ||
       p.splits < 1 || p.splits > kMaxSplits || (p.splits > 1 && !p.partial))
@@ -495,8 +496,10 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
   // the tensor-core kernel (attention_decode.cu), unless told otherwise.
   const bool tensor_cores = kernel == DecodeKernel::TensorCores ||
                             (kernel == DecodeKernel::Auto && attention_decode_mma_supported(pp));
+  if (fused_post && !(tensor_cores && pp.chunked))
+    fail("attention_paged: a fused qkv post needs the chunked tensor-core kernel (p.chunked)");
   if (tensor_cores && pp.chunked)
-    attention_decode_chunked(q, n, at, pp, out, stream);
+    attention_decode_chunked(q, n, at, pp, out, stream, fused_post);
   else if (tensor_cores)
     attention_decode_mma(q, n, at, pp, out, stream);
   else

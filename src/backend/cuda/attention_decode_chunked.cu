@@ -26,6 +26,13 @@
 // derives the same running max and sum from shared memory, so the end
 // needs no merge: a warp writes its dims of the final output (splits == 1)
 // or of the split's partial for the combine kernel.
+//
+// In decode steps it can also do qkv_post's work (fused_qkv_post): the
+// block reads the raw q/k/v projection, norms, rotates and scales its query
+// heads straight into shared memory, and the block whose split holds the
+// token's position computes the new K and V rows, writes them to the
+// caches and places them in its chunk itself (not copied back): one kernel
+// fewer a layer.
 #include <cfloat>
 #include <cstdint>
 
@@ -34,6 +41,7 @@
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/mma.h"
+#include "backend/cuda/reduce.h"
 
 namespace tandem::cuda {
 
@@ -56,18 +64,124 @@ struct ChunkShape {
   static constexpr int kWeightPitch = kChunkKeys + kPad;  // weight rows
   // Shared memory, in this order: q hi, q lo [kRows][kPitch] bf16; K, V
   // [kChunkKeys][kPitch] bf16; weights hi, lo [kRows][kWeightPitch] bf16;
-  // row maxima, row sums [kWarps][kRows] f32; the chunk's mbarrier.
+  // row maxima, row sums [kWarps][kRows] f32; the token's new K and V rows
+  // [2][DH] bf16 (with a fused qkv post); the chunk's mbarrier.
   static constexpr size_t kQ = 0;
   static constexpr size_t kK = kQ + size_t(2) * 2 * kRows * kPitch;
   static constexpr size_t kV = kK + size_t(2) * kChunkKeys * kPitch;
   static constexpr size_t kWeights = kV + size_t(2) * kChunkKeys * kPitch;
   static constexpr size_t kStats = kWeights + size_t(2) * 2 * kRows * kWeightPitch;
-  static constexpr size_t kBarrier = kStats + size_t(4) * 2 * kWarps * kRows;
+  static constexpr size_t kOwnRows = kStats + size_t(4) * 2 * kWarps * kRows;  // [2][DH] bf16
+  static constexpr size_t kBarrier = kOwnRows + size_t(2) * 2 * DH;
   static constexpr size_t kBytes = kBarrier + 8;
   static_assert(kKeysPerWarp % 16 == 0 && kDimsPerWarp % 16 == 0, "whole ldmatrix pairs");
   static_assert(kBarrier % 8 == 0 && (kPitch * 2) % 16 == 0, "aligned rows and barrier");
   static_assert(kChunkKeys <= kThreads, "a thread per key row");
 };
+
+// What a lane of the fused qkv post takes before the PDL wait (weights and
+// the step's inputs only), for dims lane + 32j of a head: its RoPE angles
+// (pairs j < DH / 64) and the q and k norm weights (1 without).
+template <int DH>
+struct FusedLane {
+  float cs[DH / 64], sn[DH / 64], wq[DH / 32], wk[DH / 32];
+  __device__ __forceinline__ void init(const QkvPost& post, int64_t pos, int lane) {
+#pragma unroll
+    for (int j = 0; j < DH / 64; ++j)
+      sincosf(float(pos) * post.inv_freq[lane + 32 * j], &sn[j], &cs[j]);
+#pragma unroll
+    for (int j = 0; j < DH / 32; ++j) {
+      wq[j] = post.q_norm ? post.q_norm[lane + 32 * j] : 1.f;
+      wk[j] = post.k_norm ? post.k_norm[lane + 32 * j] : 1.f;
+    }
+  }
+};
+
+// qkv_post's work for token t and kv head kvh, inside the chunked kernel
+// (attention_paged with a QkvPost: decode steps, one token per sequence).
+// Warp w takes heads w, w + NW, ... of: the G query heads, then, when
+// `new_kv` (this block's split holds the token's own position), the kv
+// head's K and V — all its heads' loads first, so a warp with two or three
+// heads waits for L2 once. A lane holds dims lane + 32j of a head: the
+// norm's sum is a warp sum and RoPE's pairs (i, i + DH / 2: the rotation
+// covers the head) stay in the lane (angles and weights in `f`, taken
+// before the PDL wait). Query heads go to q_hi / q_lo as q · temperature ·
+// scale parts (rows G-15 zeroed by the block); K and V rows go to the
+// caches (bf16) and to own_k / own_v, from which the same lanes place them
+// in their chunk's rows (place_own_rows).
+template <int DH, int NW, bool BQ>
+__device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& post, float scale,
+                                               int64_t t, int64_t pos, int kvh, int G, bool new_kv,
+                                               size_t own_row, const FusedLane<DH>& f,
+                                               uint16_t* q_hi, uint16_t* q_lo, int pitch,
+                                               uint16_t* own_k, uint16_t* own_v) {
+  constexpr int LD = DH / 32;                         // dims a lane holds
+  constexpr int kRounds = (kRows + 2 + NW - 1) / NW;  // heads a warp takes, at most
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  for (int i = tid; i < (kRows - G) * DH; i += 32 * NW) {
+    q_hi[(G + i / DH) * pitch + i % DH] = 0;
+    if constexpr (!BQ) q_lo[(G + i / DH) * pitch + i % DH] = 0;
+  }
+  const int64_t Q = post.heads * DH, KV = post.kv_heads * DH;
+  const float* row = qkv + t * post.stride;
+  const int heads = G + (new_kv ? 2 : 0);
+  auto kind_of = [&](int hh) { return hh < G ? 0 : hh == G ? 1 : 2; };  // q, k, v
+  float x[kRounds][LD];
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const int hh = warp + r * NW, kind = kind_of(hh);
+    if (hh >= heads) break;
+    const int64_t col = kind == 0                  ? (int64_t(kvh) * G + hh) * DH
+                        : kind == 1 || post.k_eq_v ? Q + int64_t(kvh) * DH
+                                                   : Q + KV + int64_t(kvh) * DH;
+#pragma unroll
+    for (int j = 0; j < LD; ++j) x[r][j] = row[col + lane + 32 * j];
+  }
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const int hh = warp + r * NW, kind = kind_of(hh);
+    if (hh >= heads) break;
+    if (kind == 2 ? post.v_norm : post.qk_norm) {
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < LD; ++j) ss += x[r][j] * x[r][j];
+      const float rs = rsqrtf(warp_sum(ss) / float(DH) + post.eps);
+#pragma unroll
+      for (int j = 0; j < LD; ++j)
+        x[r][j] = x[r][j] * rs * (kind == 0 ? f.wq[j] : kind == 1 ? f.wk[j] : 1.f);
+    }
+    if (kind < 2) {  // RoPE over the whole head (attention_decode_chunked_fuses_post)
+#pragma unroll
+      for (int j = 0; j < LD / 2; ++j) {
+        const float c = f.cs[j] * post.rope_scaling, s = f.sn[j] * post.rope_scaling;
+        const float a = x[r][j], b = x[r][j + LD / 2];
+        x[r][j] = a * c - b * s;
+        x[r][j + LD / 2] = b * c + a * s;
+      }
+    }
+    if (kind == 0) {
+      float temp = 1.f;
+      if (post.temp_beta != 0.f)
+        temp = 1.0f + post.temp_beta * logf(1.0f + floorf(float(pos) / post.temp_base));
+#pragma unroll
+      for (int j = 0; j < LD; ++j) {
+        uint32_t hi, lo;
+        split(x[r][j] * temp * scale, hi, lo);
+        q_hi[hh * pitch + lane + 32 * j] = uint16_t(hi);
+        if constexpr (!BQ) q_lo[hh * pitch + lane + 32 * j] = uint16_t(lo);
+      }
+    } else {
+      uint16_t* cache = static_cast<uint16_t*>(kind == 1 ? post.k_cache : post.v_cache);
+      uint16_t* own = kind == 1 ? own_k : own_v;
+#pragma unroll
+      for (int j = 0; j < LD; ++j) {
+        const uint16_t b = kv_bf16_bits(x[r][j]);
+        cache[own_row + lane + 32 * j] = b;
+        own[lane + 32 * j] = b;
+      }
+    }
+  }
+}
 
 // grid: (tokens · kv heads, splits); ChunkShape<DH>::kThreads threads;
 // ChunkShape<DH>::kBytes of shared memory. BQ: q·scale and the weights
@@ -75,7 +189,7 @@ struct ChunkShape {
 // one bulk copy per row (sm_90), else cp.async per 16 bytes.
 template <int DH, bool BQ, bool BULK>
 __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
-    chunked_decode_kernel(const float* q, StepLayout at, PagedAttention p,
+    chunked_decode_kernel(const float* q, StepLayout at, PagedAttention p, QkvPost post, bool fused,
                           float* __restrict__ out) {
   using S = ChunkShape<DH>;
   constexpr int NT = S::kThreads, NW = S::kWarps, KPW = S::kKeysPerWarp, DPW = S::kDimsPerWarp;
@@ -94,6 +208,8 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   uint16_t* w_lo = w_hi + kRows * WP;
   float* row_max = reinterpret_cast<float*>(shared_raw + S::kStats);  // [NW][kRows]
   float* row_sum = row_max + NW * kRows;
+  uint16_t* own_k = reinterpret_cast<uint16_t*>(shared_raw + S::kOwnRows);
+  uint16_t* own_v = own_k + DH;
   uint64_t* bar = reinterpret_cast<uint64_t*>(shared_raw + S::kBarrier);
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   pdl_launch_dependents();
@@ -105,6 +221,14 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   const PagedRows rows = paged_rows(at, p, t, kvh);
   const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
   const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
+  // fused: this block computes the token's new K and V rows when its split
+  // holds the token's position (`skip`: that key is placed, not copied);
+  // this lane's RoPE angles and norm weights, before the PDL wait.
+  const int64_t pos = at.positions[t];
+  const bool new_kv = fused && post.own_kv && pos >= first && pos < end;
+  const int skip = new_kv ? int(pos) : -1;
+  FusedLane<DH> lane_post;
+  if (fused) lane_post.init(post, pos, lane);
 
   // The chunk at kb's keys in [from, to) into K and V. Bulk copies: thread
   // c copies key kb + c's two rows on the chunk's barrier, whose phase
@@ -115,10 +239,10 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   // past the end, as one group.
   auto copy_chunk = [&](int kb, int from, int to, bool arm) {
     if constexpr (kBulk) {
-      const int n_rows = min(C, end - kb);
-      if (arm && tid == 0) mbarrier_expect_tx(bar, uint32_t(n_rows * 2 * DH * 2));
+      const int n_rows = min(C, end - kb), copied = n_rows - (skip >= kb && skip < kb + n_rows);
+      if (arm && tid == 0) mbarrier_expect_tx(bar, uint32_t(copied * 2 * DH * 2));
       const int key = kb + tid;
-      if (tid < C && key >= from && key < to) {
+      if (tid < C && key >= from && key < to && key != skip) {
         if (key < end) {
           const size_t r = rows.row(key);
           fence_async_shared();  // earlier reads of these bytes before the copies overwrite them
@@ -132,7 +256,7 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
     } else {
       for (int i = tid; i < C * (DH / 8); i += NT) {
         const int c = i / (DH / 8), d = 8 * (i % (DH / 8)), key = kb + c;
-        if (key < from || key >= to) continue;
+        if (key < from || key >= to || key == skip) continue;
         const bool ok = key < end;
         const size_t r = ok ? rows.row(key) + size_t(d) : 0;
         cp_async16(k_rows + c * P + d, kbase + r, ok);
@@ -164,9 +288,25 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   pdl_wait();
   if (first < end) copy_chunk(first, max(first, stable_end), first + C, !(first < stable_end));
 
-  // q · scale of the G heads (rows past G: zeros).
-  stage_q_parts<kRows, DH, NT, BQ>(q + t * p.heads * DH + int64_t(kvh) * G * DH, G, p.scale, q_hi,
-                                   q_lo, P, tid);
+  // q · scale of the G heads (rows past G: zeros): staged from q, or, fused,
+  // from the raw projection (which also yields the new K and V rows).
+  if (fused)
+    fused_qkv_post<DH, NW, BQ>(q, post, p.scale, t, pos, kvh, G, new_kv,
+                               new_kv ? rows.row(int(pos)) : 0, lane_post, q_hi, q_lo, P, own_k,
+                               own_v);
+  else
+    stage_q_parts<kRows, DH, NT, BQ>(q + t * p.heads * DH + int64_t(kvh) * G * DH, G, p.scale, q_hi,
+                                     q_lo, P, tid);
+  // The new K and V rows into their slot of the chunk at kb, by the lanes
+  // that computed them (before the chunk's barrier publishes them).
+  auto place_own_rows = [&](int kb) {
+    if (!new_kv || pos < kb || pos >= kb + C) return;
+    const int slot = int(pos) - kb;
+    if (warp == G % NW)
+      for (int d = lane; d < DH; d += 32) k_rows[slot * P + d] = own_k[d];
+    if (warp == (G + 1) % NW)
+      for (int d = lane; d < DH; d += 32) v_rows[slot * P + d] = own_v[d];
+  };
 
   // This lane's output fragments (rows g and g + 8, the warp's DPW dims)
   // and the rows' running max and sum (the same in every warp).
@@ -178,6 +318,7 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
             mrow = lane % 8;  // ldmatrix: lane l addresses row l % 8 of matrix l / 8
 
   for (int kb = first; kb < end; kb += C) {
+    place_own_rows(kb);
     wait_chunk();
     // This warp's scores: keys kb + warp · KPW + [0, KPW).
     float s[KPW / 8][4];
@@ -301,27 +442,27 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
 
 template <int DH, bool BQ, bool BULK>
 void launch_chunked(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
-                    float* out, cudaStream_t stream) {
+                    const QkvPost& post, bool fused, float* out, cudaStream_t stream) {
   using S = ChunkShape<DH>;
   const auto kernel = chunked_decode_kernel<DH, BQ, BULK>;
   static_assert(S::kBytes > (size_t(48) << 10), "opts in to more than 48 KiB");
   allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
-  launch(kernel, grid, S::kThreads, S::kBytes, stream, q, at, p, out);
+  launch(kernel, grid, S::kThreads, S::kBytes, stream, q, at, p, post, fused, out);
 }
 
 template <int DH>
 void launch_chunked(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
-                    bool bulk, float* out, cudaStream_t stream) {
+                    const QkvPost& post, bool fused, bool bulk, float* out, cudaStream_t stream) {
   if (p.bf16_inputs) {
     if (bulk)
-      launch_chunked<DH, true, true>(grid, q, at, p, out, stream);
+      launch_chunked<DH, true, true>(grid, q, at, p, post, fused, out, stream);
     else
-      launch_chunked<DH, true, false>(grid, q, at, p, out, stream);
+      launch_chunked<DH, true, false>(grid, q, at, p, post, fused, out, stream);
   } else {
     if (bulk)
-      launch_chunked<DH, false, true>(grid, q, at, p, out, stream);
+      launch_chunked<DH, false, true>(grid, q, at, p, post, fused, out, stream);
     else
-      launch_chunked<DH, false, false>(grid, q, at, p, out, stream);
+      launch_chunked<DH, false, false>(grid, q, at, p, post, fused, out, stream);
   }
 }
 
@@ -333,28 +474,47 @@ bool attention_decode_chunked_supported(const PagedAttention& p) {
   return p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256;
 }
 
+int attention_decode_chunked_warps(int64_t head_dim) {
+  return head_dim >= 128 ? ChunkShape<128>::kWarps : ChunkShape<64>::kWarps;
+}
+
 int attention_decode_chunk_keys() {
   return kChunkKeys;
 }
 
+bool attention_decode_chunked_fuses_post(const PagedAttention& p, const QkvPost& post) {
+  return attention_decode_chunked_supported(p) && p.one_new_key && post.kv_bf16 &&
+         post.head_dim == p.head_dim && post.heads == p.heads && post.kv_heads == p.kv_heads &&
+         post.rotary_dim == p.head_dim &&
+         (!post.own_kv || (post.k_cache == p.k_base && post.v_cache == p.v_base));
+}
+
 void attention_decode_chunked(const float* q, int64_t n, const StepLayout& at,
-                              const PagedAttention& p, float* out, cudaStream_t stream) {
+                              const PagedAttention& p, float* out, cudaStream_t stream,
+                              const QkvPost* post) {
   if (n <= 0) return;
   if (!attention_decode_chunked_supported(p))
     fail(
         "attention_decode_chunked: heads %lld / kv_heads %lld of dim %lld over %s rows unsupported",
         (long long)p.heads, (long long)p.kv_heads, (long long)p.head_dim,
         p.kv_bf16 ? "bf16" : "f32");
+  if (post && !attention_decode_chunked_fuses_post(p, *post))
+    fail(
+        "attention_decode_chunked: cannot fuse this qkv post (decode steps over bf16 rows with "
+        "RoPE over the whole head of %lld dims only; rotary dims %lld)",
+        (long long)p.head_dim, (long long)post->rotary_dim);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const bool bulk = launch_limits(device).cc_major >= 9 && !p.cp_async_only;
   const dim3 grid(unsigned(n * p.kv_heads), unsigned(p.splits));
+  const QkvPost none;
+  const QkvPost& qp = post ? *post : none;
   if (p.head_dim == 64)
-    launch_chunked<64>(grid, q, at, p, bulk, out, stream);
+    launch_chunked<64>(grid, q, at, p, qp, post != nullptr, bulk, out, stream);
   else if (p.head_dim == 128)
-    launch_chunked<128>(grid, q, at, p, bulk, out, stream);
+    launch_chunked<128>(grid, q, at, p, qp, post != nullptr, bulk, out, stream);
   else
-    launch_chunked<256>(grid, q, at, p, bulk, out, stream);
+    launch_chunked<256>(grid, q, at, p, qp, post != nullptr, bulk, out, stream);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -225,9 +225,15 @@ struct PagedAttention {
 // at head dim 64, 128 or 256 (the same numerics) — and one on CUDA cores for
 // the rest. Auto takes the first where it can (unless
 // TANDEM_CUDA_DECODE_MMA=0); the tests ask for each.
+// With `fused_post` (p.chunked, where attention_decode_chunked_fuses_post
+// says so), q is the raw q/k/v projection and the chunked kernel does
+// qkv_post's work itself (the query heads' norm, RoPE and temperature, the
+// new K and V rows' norm, RoPE and cache write): no qkv_post launch.
+struct QkvPost;
 enum class DecodeKernel { Auto, TensorCores, CudaCores };
 void attention_paged(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
-                     float* out, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::Auto);
+                     float* out, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::Auto,
+                     const QkvPost* fused_post = nullptr);
 // Whether attention_paged can take the tensor-core kernel for `p` (and
 // TANDEM_CUDA_DECODE_MMA is not 0). Its launch, without the split combine:
 bool attention_decode_mma_supported(const PagedAttention& p);
@@ -239,12 +245,11 @@ int attention_decode_tile_keys(const PagedAttention& p);
 void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                           float* out, cudaStream_t stream);
 // Whether the chunked kernel takes p (the tensor-core kernel's shapes at head
-// dim 64, 128 or 256), the keys of its chunk (a block's keys per pass), and
-// its launch (attention_paged takes it when p.chunked), without the combine.
+// dim 64, 128 or 256), the keys of its chunk (a block's keys per pass) and
+// the warps of its block; its launch is declared after QkvPost below.
 bool attention_decode_chunked_supported(const PagedAttention& p);
 int attention_decode_chunk_keys();
-void attention_decode_chunked(const float* q, int64_t n, const StepLayout& at,
-                              const PagedAttention& p, float* out, cudaStream_t stream);
+int attention_decode_chunked_warps(int64_t head_dim);  // 8, or 4 at head dim 64
 // The same contract on tensor cores (flash attention) for steps that carry
 // runs of a sequence's consecutive tokens (prefill chunks): `tiles` (device,
 // [2 · n_tiles]) holds each query tile's first and one-past-last step token,
@@ -318,6 +323,15 @@ struct QkvPost {
 };
 void qkv_post(const float* qkv, int64_t n, const StepLayout& at, const QkvPost& p,
               cudaStream_t stream);
+// The chunked decode kernel's launch (attention_paged takes it when
+// p.chunked), without the split combine; with `post`, over the raw
+// projection, doing qkv_post's work — where fuses_post says it can: decode
+// steps (p.one_new_key) over bf16 rows, RoPE over the whole head, the caches
+// the attention reads.
+bool attention_decode_chunked_fuses_post(const PagedAttention& p, const QkvPost& post);
+void attention_decode_chunked(const float* q, int64_t n, const StepLayout& at,
+                              const PagedAttention& p, float* out, cudaStream_t stream,
+                              const QkvPost* post = nullptr);
 
 // The residual stream between blocks, one launch: h[t] = (h[t] + d) ·
 // h_scale (d = delta[t], or rmsnorm(delta[t]) · delta_w when delta_w is set:
