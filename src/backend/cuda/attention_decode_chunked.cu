@@ -236,7 +236,8 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   // split's end; the V rows past the end up to the values' last 16-key step
   // are zeroed (their weights are 0, and 0 · NaN from stale shared memory
   // would not be). cp.async: the block copies 16 bytes at a time, zeros
-  // past the end, as one group.
+  // past the end, as one group. Neither copies key `skip` (placed by
+  // place_own_rows).
   auto copy_chunk = [&](int kb, int from, int to, bool arm) {
     if constexpr (kBulk) {
       const int n_rows = min(C, end - kb), copied = n_rows - (skip >= kb && skip < kb + n_rows);
