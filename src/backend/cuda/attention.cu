@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/qkv_post.h"
 #include "backend/cuda/reduce.h"
 
 namespace tandem::cuda {
@@ -324,9 +325,7 @@ __global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
   const int64_t Q = p.heads * Dh, KV = p.kv_heads * Dh;
   const int kind = j < p.heads ? 0 : j < p.heads + p.kv_heads ? 1 : 2;  // q, k, v
   const int64_t head = kind == 0 ? j : kind == 1 ? j - p.heads : j - p.heads - p.kv_heads;
-  const int64_t col = kind == 0               ? head * Dh
-                      : kind == 1 || p.k_eq_v ? Q + head * Dh
-                                              : Q + KV + head * Dh;
+  const int64_t col = qkv_column(p, kind, head);
   // Before waiting for the projection: what only the step's inputs (in
   // device memory before the step's first kernel) decide — the position,
   // the row the K/V values go to, and this thread's first rotation angle —
@@ -368,9 +367,7 @@ __global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
   }
   if (kind == 0) {
     float* dst = p.q_out + t * Q + head * Dh;
-    float scale = 1.f;
-    if (p.temp_beta != 0.f)
-      scale = 1.0f + p.temp_beta * logf(1.0f + floorf(float(pos) / p.temp_base));
+    const float scale = query_temperature(p, pos);
     for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) dst[d] = buf[d] * scale;
     return;
   }

@@ -41,6 +41,7 @@
 #include "backend/cuda/kv_rows.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/mma.h"
+#include "backend/cuda/qkv_post.h"
 #include "backend/cuda/reduce.h"
 
 namespace tandem::cuda {
@@ -122,7 +123,6 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
     q_hi[(G + i / DH) * pitch + i % DH] = 0;
     if constexpr (!BQ) q_lo[(G + i / DH) * pitch + i % DH] = 0;
   }
-  const int64_t Q = post.heads * DH, KV = post.kv_heads * DH;
   const float* row = qkv + t * post.stride;
   const int heads = G + (new_kv ? 2 : 0);
   auto kind_of = [&](int hh) { return hh < G ? 0 : hh == G ? 1 : 2; };  // q, k, v
@@ -131,9 +131,7 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
   for (int r = 0; r < kRounds; ++r) {
     const int hh = warp + r * NW, kind = kind_of(hh);
     if (hh >= heads) break;
-    const int64_t col = kind == 0                  ? (int64_t(kvh) * G + hh) * DH
-                        : kind == 1 || post.k_eq_v ? Q + int64_t(kvh) * DH
-                                                   : Q + KV + int64_t(kvh) * DH;
+    const int64_t col = qkv_column(post, kind, kind == kQuery ? int64_t(kvh) * G + hh : kvh);
 #pragma unroll
     for (int j = 0; j < LD; ++j) x[r][j] = row[col + lane + 32 * j];
   }
@@ -160,9 +158,7 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
       }
     }
     if (kind == 0) {
-      float temp = 1.f;
-      if (post.temp_beta != 0.f)
-        temp = 1.0f + post.temp_beta * logf(1.0f + floorf(float(pos) / post.temp_base));
+      const float temp = query_temperature(post, pos);
 #pragma unroll
       for (int j = 0; j < LD; ++j) {
         uint32_t hi, lo;
