@@ -45,11 +45,16 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   return v;
 }
 
-// A parity fixture of the checkout: $TANDEM_SOURCE_DIR when set (a build
+// A path in the checkout: under $TANDEM_SOURCE_DIR when set (a build
 // carried to another machine), else the source folder the build came from.
-inline std::string fixture(const std::string& name) {
+inline std::string source_path(const std::string& relative) {
   const char* env = std::getenv("TANDEM_SOURCE_DIR");
-  return std::string(env ? env : TANDEM_SOURCE_DIR) + "/tests/fixtures/parity/" + name;
+  return std::string(env ? env : TANDEM_SOURCE_DIR) + "/" + relative;
+}
+
+// A parity fixture of the checkout.
+inline std::string fixture(const std::string& name) {
+  return source_path("tests/fixtures/parity/" + name);
 }
 
 // max |a - b| over the standard deviation of b.

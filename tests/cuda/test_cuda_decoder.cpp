@@ -461,9 +461,7 @@ TEST(CudaDecoderHeadDim256, OneTokenStepsMatchTheCpuDecoder) {
   const std::string dir = made;
   nlohmann::json config;
   {
-    std::ifstream in(std::string(std::getenv("TANDEM_SOURCE_DIR") ? std::getenv("TANDEM_SOURCE_DIR")
-                                                                  : TANDEM_SOURCE_DIR) +
-                     "/bench/configs/gemma-3-1b.json");
+    std::ifstream in(source_path("bench/configs/gemma-3-1b.json"));
     config = nlohmann::json::parse(in);
   }
   config["hidden_size"] = 256;

@@ -212,9 +212,7 @@ class CudaVisionTower : public testing::TestWithParam<Family> {
 
 TEST_P(CudaVisionTower, SoftTokensMatchTheCpuAndLogitsMatchTransformers) {
   const Family f = GetParam();
-  const char* env = std::getenv("TANDEM_SOURCE_DIR");
-  const std::string source = env ? env : TANDEM_SOURCE_DIR;
-  const std::string refs = source + "/tests/fixtures/vision/" + f.family;
+  const std::string refs = source_path(std::string("tests/fixtures/vision/") + f.family);
   std::string dir = fixture(f.checkpoint);
   std::filesystem::path tmp;
   if (std::string(f.family) == "gemma4") {
