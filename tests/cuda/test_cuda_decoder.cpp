@@ -444,56 +444,68 @@ TEST(CudaDecoderBatch, DeviceSamplingPicksWhatTheCpuSamplerPicks) {
 
 }  // namespace
 
-// Gemma 3's attention shape — 4 query heads of dim 256 on one kv head — which
-// no parity fixture has (their heads are 16 or 32 wide): a random bf16
-// checkpoint at that shape (synth_checkpoint; 3 layers, sliding window 64
-// on layers 0 and 2) fed 300 tokens one per step (graph replays, the
-// chunked decode kernel with its copies before the PDL wait, splits and
-// their combine past 128 keys, qkv post inside it or not), with bf16 KV
-// rows, against the CPU decoder rounding its rows the same way: within
-// 1e-2 × std, the fixtures' bf16-rows tolerance.
-TEST(CudaDecoderHeadDim256, OneTokenStepsMatchTheCpuDecoder) {
+// The chunked decode kernel's head dims through the decoder, which no parity
+// fixture has (their heads are 16 or 32 wide): Gemma 3's attention shape (4
+// query heads of dim 256 on one kv head) and Qwen3's (16 of dim 128 on 8): a
+// random bf16 checkpoint at that shape (synth_checkpoint; 3 layers,
+// hidden 256) fed 300 tokens one per step (graph replays, the chunked
+// kernel with its copies before the PDL wait, splits and their combine past
+// 128 keys, qkv post inside it and as its own kernel), with bf16 KV rows,
+// against the CPU decoder rounding its rows the same way: within 1e-2 ×
+// std, the fixtures' bf16-rows tolerance. Gemma 3's shape also has sliding
+// window 64 on layers 0 and 2.
+TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
-  char dir_template[] = "/tmp/tandem-dh256-XXXXXX";
-  const char* made = mkdtemp(dir_template);
-  ASSERT_NE(made, nullptr);
-  const std::string dir = made;
-  nlohmann::json config;
-  {
-    std::ifstream in(source_path("bench/configs/gemma-3-1b.json"));
-    config = nlohmann::json::parse(in);
-  }
-  config["hidden_size"] = 256;
-  config["intermediate_size"] = 512;
-  config["num_hidden_layers"] = 3;
-  config["vocab_size"] = 512;
-  config["sliding_window"] = 64;
-  config["sliding_window_pattern"] = 2;
-  std::ofstream(dir + "/config.json") << config.dump(2);
-  synth_checkpoint(dir + "/config.json", dir, DType::BF16, 11);
-  auto model = load_model(dir);
-  ASSERT_EQ(model->spec.layer[0].head_dim, 256);
+  struct Shape {
+    const char* config;
+    int64_t head_dim;
+  };
+  for (const Shape shape : {Shape{"gemma-3-1b", 256}, Shape{"qwen3-1.7b", 128}}) {
+    char dir_template[] = "/tmp/tandem-wide-heads-XXXXXX";
+    const char* made = mkdtemp(dir_template);
+    ASSERT_NE(made, nullptr);
+    const std::string dir = made;
+    nlohmann::json config;
+    {
+      std::ifstream in(source_path(std::string("bench/configs/") + shape.config + ".json"));
+      config = nlohmann::json::parse(in);
+    }
+    config["hidden_size"] = 256;
+    config["intermediate_size"] = 512;
+    config["num_hidden_layers"] = 3;
+    config["vocab_size"] = 512;
+    if (config.contains("sliding_window")) {
+      config["sliding_window"] = 64;
+      config["sliding_window_pattern"] = 2;
+    }
+    std::ofstream(dir + "/config.json") << config.dump(2);
+    synth_checkpoint(dir + "/config.json", dir, DType::BF16, 11);
+    auto model = load_model(dir);
+    ASSERT_EQ(model->spec.layer[0].head_dim, shape.head_dim) << shape.config;
 
-  std::vector<int32_t> ids(300);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 512);
-  const int64_t n = int64_t(ids.size());
-  const std::vector<float> want = cpu_bf16_rows(*model, ids, 0).first;
-  // With qkv post inside the chunked kernel (the default) and as its own
-  // kernel (TANDEM_CUDA_FUSE_QKV_POST=0).
-  for (const bool fused : {true, false}) {
-    if (!fused) setenv("TANDEM_CUDA_FUSE_QKV_POST", "0", 1);
-    KvPool kv_pool =
-        single_sequence_pool(model->spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
-    cuda::Decoder gpu(*model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
-    SequenceKv kv;
-    std::vector<float> got(size_t(n * model->spec.vocab));
-    run_sequence(gpu, ids.data(), n, kv, got.data(), true);
-    unsetenv("TANDEM_CUDA_FUSE_QKV_POST");
-    const double err = relative_error(got, want);
-    std::printf("[cuda decoder] head dim 256, one token per step%s: max|gpu - cpu| = %.2e x std\n",
-                fused ? "" : " (qkv post unfused)", err);
-    EXPECT_LE(err, 1e-2) << (fused ? "qkv post fused" : "qkv post unfused");
+    std::vector<int32_t> ids(300);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 512);
+    const int64_t n = int64_t(ids.size());
+    const std::vector<float> want = cpu_bf16_rows(*model, ids, 0).first;
+    // qkv post inside the chunked kernel and as its own kernel, whichever
+    // the decoder's rule picks at this shape.
+    for (const bool fused : {true, false}) {
+      setenv("TANDEM_CUDA_FUSE_QKV_POST", fused ? "1" : "0", 1);
+      KvPool kv_pool =
+          single_sequence_pool(model->spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
+      cuda::Decoder gpu(*model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
+      SequenceKv kv;
+      std::vector<float> got(size_t(n * model->spec.vocab));
+      run_sequence(gpu, ids.data(), n, kv, got.data(), true);
+      unsetenv("TANDEM_CUDA_FUSE_QKV_POST");
+      const double err = relative_error(got, want);
+      std::printf(
+          "[cuda decoder] %s shape, head dim %lld, one token per step, qkv post %s: max|gpu - "
+          "cpu| = %.2e x std\n",
+          shape.config, (long long)shape.head_dim, fused ? "fused" : "unfused", err);
+      EXPECT_LE(err, 1e-2) << shape.config << (fused ? " qkv post fused" : " qkv post unfused");
+    }
+    std::filesystem::remove_all(dir);
   }
-  std::filesystem::remove_all(dir);
 }

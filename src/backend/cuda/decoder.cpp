@@ -186,18 +186,22 @@ int64_t decode_warp_keys(int64_t tile_keys) {
 constexpr int64_t kOneWarpMaxSplits = 32;
 
 // The chunked decode kernel (PagedAttention::chunked) on layers of head
-// dim TANDEM_DECODE_CHUNKED_MIN_DIM (default 256) or more whose step has at
+// dim TANDEM_DECODE_CHUNKED_MIN_DIM (default 128) or more whose step has at
 // most TANDEM_DECODE_CHUNKED_UNITS (token, kv head) units (default 16; 0:
 // never), each split keeping at least TANDEM_DECODE_CHUNKED_SPLIT_KEYS keys
-// (default one chunk), up to a block per SM and kChunkedMaxSplits. Measured
-// on the H200 against the key-warp blocks (tok/s, bench_cuda_decode, session
-// 14 runs 2-4): at head dim 256, gemma-3-1b batch 1 881 -> 949 (context
-// 128) and 857 -> 926 (4,096), gemma-4-e2b 424 -> 457 and 413 -> 442, at 2
-// and 8 sequences +4-6%; at dim 128 qwen3-1.7b 746 -> 757 but 665 -> 616 at
-// 4,096, ministral-3-3b 432 -> 438 and 401 -> 387; at dim 64 llama-3.2-1b
-// 1,207 -> 989 — hence the 256 floor.
+// (default one chunk), up to a block per SM and kChunkedMaxSplits; below
+// head dim 256 only while one chunk a split covers the keys (else the
+// key-warp blocks). Measured on the H200 against the key-warp blocks (tok/s,
+// bench_cuda_decode, session 14 runs 2-4): at head dim 256, gemma-3-1b
+// batch 1 881 -> 949 (context 128) and 857 -> 926 (4,096), gemma-4-e2b 424
+// -> 457 and 413 -> 442, at 2 and 8 sequences +4-6%; at dim 128 with
+// several chunks a split, qwen3-1.7b 665 -> 616 at 4,096 and ministral-3-3b
+// 401 -> 387; with one (session 15 run 3, qkv post unfused), qwen3 739 ->
+// 749 at context 128 and 717 -> 743 at 1,024, ministral 437 -> 442 and 422
+// -> 437, at 4,096 and 8 sequences within 1% (the key-warp blocks there);
+// at dim 64, llama-3.2-1b 1,213 -> 983 at 128 — hence the 128 floor.
 int64_t decode_chunked_min_dim() {
-  static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_MIN_DIM", 256);
+  static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_MIN_DIM", 128);
   return n;
 }
 int64_t decode_chunked_units() {
@@ -217,17 +221,20 @@ int64_t decode_min_split_keys() {
 }
 
 // Decode steps on the chunked attention kernel fold qkv_post into it
-// (attention_decode_chunked_fuses_post) when each of the block's warps
-// then takes at most one head — the G query heads and the new K and V —
-// unless TANDEM_CUDA_FUSE_QKV_POST=0 (never) or 1 (wherever the kernel
-// can). Measured on the H200 (tok/s, unfused → fused): gemma-3-1b (4 query
-// heads: 6 over 8 warps) batch 1 921 → 976 at context 128, 914 → 936 at
-// 4,096, 8 sequences 5,024 → 5,193, batch 2 1,476 → 1,462; gemma-4-e2b (8:
-// 10 over 8 warps, two warps take two heads) 451 → 437 and 436 → 431, 8
-// sequences 2,479 → 2,513.
+// (attention_decode_chunked_fuses_post) at head dim 256 and up when each of
+// the block's warps then takes at most one head — the G query heads and the
+// new K and V — unless TANDEM_CUDA_FUSE_QKV_POST=0 (never) or 1 (wherever
+// the kernel can). Measured on the H200 (tok/s, unfused → fused):
+// gemma-3-1b (4 query heads: 6 over 8 warps) batch 1 921 → 976 at context
+// 128, 914 → 936 at 4,096, 8 sequences 5,024 → 5,193, batch 2 1,476 →
+// 1,462; gemma-4-e2b (8: 10 over 8 warps, two warps take two heads) 451 →
+// 437 and 436 → 431, 8 sequences 2,479 → 2,513; at dim 128 (session 15 run
+// 3) qwen3-1.7b (2 query heads) 749 → 729 at context 128 and 743 → 727 at
+// 1,024, ministral-3-3b (4) 442 → 443 and 437 → 433.
 bool fuses_qkv_post(const PagedAttention& p, const QkvPost& post) {
   if (env_is("TANDEM_CUDA_FUSE_QKV_POST", "0")) return false;
-  const bool pays = p.heads / p.kv_heads + 2 <= attention_decode_chunked_warps(p.head_dim);
+  const bool pays =
+      p.head_dim >= 256 && p.heads / p.kv_heads + 2 <= attention_decode_chunked_warps(p.head_dim);
   return (pays || env_is("TANDEM_CUDA_FUSE_QKV_POST", "1")) &&
          attention_decode_chunked_fuses_post(p, post);
 }
@@ -766,11 +773,11 @@ struct Decoder::Impl {
         mma && Dh >= decode_chunked_min_dim() && attention_decode_chunked_supported(p);
     auto plan_keys = [&](int64_t tokens) {
       const int64_t units = tokens * ls.kv_heads;
-      p.chunked = chunked && units <= decode_chunked_units();
+      const int64_t most = std::clamp<int64_t>(multiprocessors / units, 1, kChunkedMaxSplits);
+      const int64_t want = (keys + decode_chunked_split_keys() - 1) / decode_chunked_split_keys();
+      p.chunked = chunked && units <= decode_chunked_units() && (Dh >= 256 || want <= most);
       if (p.chunked) {
         p.key_warps = 1;
-        const int64_t most = std::clamp<int64_t>(multiprocessors / units, 1, kChunkedMaxSplits);
-        const int64_t want = (keys + decode_chunked_split_keys() - 1) / decode_chunked_split_keys();
         p.splits = int(std::clamp<int64_t>(want, 1, most));
         return;
       }
