@@ -2,10 +2,12 @@
 # Packs a CUDA build for the GPU machine, which takes at most 64 MiB of
 # working tree plus carried paths per call:
 #
-#   scripts/gpu-carry.sh [BUILD_DIR]      (default build-gpu)
+#   scripts/gpu-carry.sh [--lean] [BUILD_DIR]      (default build-gpu)
 #
 # Writes build-carry/gpu.tar.xz (ignored by git): the stripped test and
-# benchmark binaries, tandem, loadgen and BUILD_DIR/libs, ~19 MB. The demo
+# benchmark binaries, tandem, loadgen and BUILD_DIR/libs, ~19 MB; with
+# --lean only tandem_cuda_tests and bench_cuda_decode (~11 MB: the kernel
+# tests and decode benchmarks, which most runs need). The demo
 # models' safetensors (37 MB) still have to leave the tree for the call. On
 # the GPU machine:
 #
@@ -14,10 +16,15 @@
 #
 # and copy the few files wanted to $OUT (only ~8 files come back per call).
 set -eu
+binaries="tandem_cuda_tests bench_cuda_decode bench_cuda_attention bench_cuda_gemm bench_cuda_vision tandem loadgen"
+if [ "${1:-}" = "--lean" ]; then
+  binaries="tandem_cuda_tests bench_cuda_decode"
+  shift
+fi
 build=${1:-build-gpu}
 stage=$(mktemp -d)
 mkdir -p "$stage/build-gpu" build-carry
-for f in tandem_cuda_tests bench_cuda_decode bench_cuda_attention bench_cuda_gemm bench_cuda_vision tandem loadgen; do
+for f in $binaries; do
   [ -x "$build/$f" ] && cp "$build/$f" "$stage/build-gpu/" && strip "$stage/build-gpu/$f"
 done
 # Shared libraries the GPU machine's image may lack (cpp-httplib, libcurl,
