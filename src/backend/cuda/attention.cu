@@ -323,18 +323,19 @@ __global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
   __shared__ float partial[4];
   const int64_t t = blockIdx.x, j = blockIdx.y, Dh = p.head_dim;
   const int64_t Q = p.heads * Dh, KV = p.kv_heads * Dh;
-  const int kind = j < p.heads ? 0 : j < p.heads + p.kv_heads ? 1 : 2;  // q, k, v
-  const int64_t head = kind == 0 ? j : kind == 1 ? j - p.heads : j - p.heads - p.kv_heads;
+  const int kind = j < p.heads ? kQuery : j < p.heads + p.kv_heads ? kKey : kValue;
+  const int64_t head = kind == kQuery ? j : kind == kKey ? j - p.heads : j - p.heads - p.kv_heads;
   const int64_t col = qkv_column(p, kind, head);
   // Before waiting for the projection: what only the step's inputs (in
   // device memory before the step's first kernel) decide — the position,
   // the row the K/V values go to, and this thread's first rotation angle —
   // so their dependent loads overlap the previous kernel's tail.
   const int64_t pos = at.positions[t];
-  const int64_t at_row = kind == 0 ? 0 : kv_offset(at, t, pos, p.block_size, KV) + head * Dh;
+  const int64_t at_row = kind == kQuery ? 0 : kv_offset(at, t, pos, p.block_size, KV) + head * Dh;
   const int64_t half = p.rotary_dim / 2;
   float sn0 = 0.f, cs0 = 1.f;
-  if (kind < 2 && threadIdx.x < half) sincosf(float(pos) * p.inv_freq[threadIdx.x], &sn0, &cs0);
+  if (kind < kValue && threadIdx.x < half)
+    sincosf(float(pos) * p.inv_freq[threadIdx.x], &sn0, &cs0);
   pdl_wait();
   const float* src = qkv + t * p.stride + col;
   float ss = 0.f;
@@ -343,17 +344,17 @@ __global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
     buf[d] = v;
     ss += v * v;
   }
-  const bool norm = kind == 2 ? p.v_norm : p.qk_norm;
+  const bool norm = kind == kValue ? p.v_norm : p.qk_norm;
   if (norm) {
     ss = warp_sum(ss);
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
     __syncthreads();
     const float r = rsqrtf((partial[0] + partial[1] + partial[2] + partial[3]) / float(Dh) + p.eps);
-    const float* w = kind == 0 ? p.q_norm : kind == 1 ? p.k_norm : nullptr;
+    const float* w = kind == kQuery ? p.q_norm : kind == kKey ? p.k_norm : nullptr;
     for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) buf[d] = buf[d] * r * (w ? w[d] : 1.f);
   }
   __syncthreads();
-  if (kind < 2 && p.rotary_dim > 0) {
+  if (kind < kValue && p.rotary_dim > 0) {
     for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
       float sn = sn0, cs = cs0;
       if (i != threadIdx.x) sincosf(float(pos) * p.inv_freq[i], &sn, &cs);
@@ -365,13 +366,13 @@ __global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
     }
     __syncthreads();
   }
-  if (kind == 0) {
+  if (kind == kQuery) {
     float* dst = p.q_out + t * Q + head * Dh;
     const float scale = query_temperature(p, pos);
     for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) dst[d] = buf[d] * scale;
     return;
   }
-  void* rows = kind == 1 ? p.k_cache : p.v_cache;
+  void* rows = kind == kKey ? p.k_cache : p.v_cache;
   for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x)
     kv_store(rows, at_row + d, buf[d], p.kv_bf16);
 }

@@ -125,7 +125,7 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
   }
   const float* row = qkv + t * post.stride;
   const int heads = G + (new_kv ? 2 : 0);
-  auto kind_of = [&](int hh) { return hh < G ? 0 : hh == G ? 1 : 2; };  // q, k, v
+  auto kind_of = [&](int hh) { return hh < G ? kQuery : hh == G ? kKey : kValue; };
   float x[kRounds][LD];
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
@@ -139,16 +139,16 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
   for (int r = 0; r < kRounds; ++r) {
     const int hh = warp + r * NW, kind = kind_of(hh);
     if (hh >= heads) break;
-    if (kind == 2 ? post.v_norm : post.qk_norm) {
+    if (kind == kValue ? post.v_norm : post.qk_norm) {
       float ss = 0.f;
 #pragma unroll
       for (int j = 0; j < LD; ++j) ss += x[r][j] * x[r][j];
       const float rs = rsqrtf(warp_sum(ss) / float(DH) + post.eps);
 #pragma unroll
       for (int j = 0; j < LD; ++j)
-        x[r][j] = x[r][j] * rs * (kind == 0 ? f.wq[j] : kind == 1 ? f.wk[j] : 1.f);
+        x[r][j] = x[r][j] * rs * (kind == kQuery ? f.wq[j] : kind == kKey ? f.wk[j] : 1.f);
     }
-    if (kind < 2) {  // RoPE over the whole head (attention_decode_chunked_fuses_post)
+    if (kind < kValue) {  // RoPE over the whole head (attention_decode_chunked_fuses_post)
 #pragma unroll
       for (int j = 0; j < LD / 2; ++j) {
         const float c = f.cs[j] * post.rope_scaling, s = f.sn[j] * post.rope_scaling;
@@ -157,7 +157,7 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
         x[r][j + LD / 2] = b * c + a * s;
       }
     }
-    if (kind == 0) {
+    if (kind == kQuery) {
       const float temp = query_temperature(post, pos);
 #pragma unroll
       for (int j = 0; j < LD; ++j) {
@@ -167,8 +167,8 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
         if constexpr (!BQ) q_lo[hh * pitch + lane + 32 * j] = uint16_t(lo);
       }
     } else {
-      uint16_t* cache = static_cast<uint16_t*>(kind == 1 ? post.k_cache : post.v_cache);
-      uint16_t* own = kind == 1 ? own_k : own_v;
+      uint16_t* cache = static_cast<uint16_t*>(kind == kKey ? post.k_cache : post.v_cache);
+      uint16_t* own = kind == kKey ? own_k : own_v;
 #pragma unroll
       for (int j = 0; j < LD; ++j) {
         const uint16_t b = kv_bf16_bits(x[r][j]);
