@@ -5,7 +5,9 @@
 // --peak1/--peak2 in GB/s for 1/2 threads). Each shape is replicated over
 // >= --rotate-mib MiB of distinct copies that are cycled through, so a matrix
 // that fits the L3 cache is not measured from it (decode streams every layer).
-// n = 64 (prefill): GFLOP/s (2 * n * rows * cols per call). Figures are the
+// n = 64 (prefill): GFLOP/s (2 * n * rows * cols per call, the copies cycled
+// through as well, so the weights come from memory as in a model's step), for
+// bf16 weights also with bf16 inputs (cpu::MatmulInputs::Bf16). Figures are the
 // best of --trials timed trials (default 5) within --seconds per measurement.
 //
 //   gemv [--seconds S] [--trials T] [--dtypes bf16,f32,f16] [--threads 1,2] [--shapes all|small]
@@ -112,9 +114,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "| dtype | shape | rows x cols | MB | threads | n=1 us/call | n=1 GB/s | "
-      "%% of peak | n=%lld GFLOP/s |\n",
-      (long long)prefill_n);
-  std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+      "%% of peak | n=%lld GFLOP/s | bf16 inputs (%s) |\n",
+      (long long)prefill_n, cpu::bf16_dot_products() ? "vdpbf16ps" : "rounded, f32 kernels");
+  std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
 
   for (DType dtype : dtypes) {
     for (const BenchShape& shape : kShapes) {
@@ -161,24 +163,32 @@ int main(int argc, char** argv) {
         const double gbs = double(bytes) / best_call / 1e9;
 
         // Prefill: one copy; best of `trials` calls (at least seconds in all).
-        const bool idle_prefill = bench::wait_for_idle(wait_idle);
-        cpu::matmul(pool, x.data(), prefill_n, view(0), nullptr, y.data());
-        double best_prefill = 1e30, pelapsed = 0;
-        for (int calls = 0; calls < trials || pelapsed < seconds; ++calls) {
-          const double p0 = bench::now_s();
-          cpu::matmul(pool, x.data(), prefill_n, view(0), nullptr, y.data());
-          const double dt = bench::now_s() - p0;
-          pelapsed += dt;
-          best_prefill = std::min(best_prefill, dt);
-        }
-        const double gflops =
-            2.0 * double(prefill_n) * double(shape.rows * shape.cols) / best_prefill / 1e9;
+        bool idle_prefill = true;
+        auto prefill_gflops = [&](cpu::MatmulInputs inputs) {
+          idle_prefill = bench::wait_for_idle(wait_idle) && idle_prefill;
+          cpu::matmul(pool, x.data(), prefill_n, view(0), nullptr, y.data(), inputs);
+          double best_prefill = 1e30, pelapsed = 0;
+          for (int calls = 0; calls < trials || pelapsed < seconds; ++calls) {
+            const WeightMatrix w = view(size_t(calls + 1) % copies);  // from memory, as in a model
+            const double p0 = bench::now_s();
+            cpu::matmul(pool, x.data(), prefill_n, w, nullptr, y.data(), inputs);
+            const double dt = bench::now_s() - p0;
+            pelapsed += dt;
+            best_prefill = std::min(best_prefill, dt);
+          }
+          return 2.0 * double(prefill_n) * double(shape.rows * shape.cols) / best_prefill / 1e9;
+        };
+        const double gflops = prefill_gflops(cpu::MatmulInputs::F32);
+        char bf16_inputs[32] = "-";
+        if (dtype == DType::BF16)
+          std::snprintf(bf16_inputs, sizeof bf16_inputs, "%.1f",
+                        prefill_gflops(cpu::MatmulInputs::Bf16));
 
         const double pk = t < 3 ? peak[t] : peak[2];
-        std::printf("| %s | %s | %lld x %lld | %.1f | %d | %.1f | %.1f | %.0f%% | %.1f |%s\n",
+        std::printf("| %s | %s | %lld x %lld | %.1f | %d | %.1f | %.1f | %.0f%% | %.1f | %s |%s\n",
                     std::string(dtype_name(dtype)).c_str(), shape.name, (long long)shape.rows,
                     (long long)shape.cols, double(bytes) / 1e6, t, best_call * 1e6, gbs,
-                    100.0 * gbs / pk, gflops, idle && idle_prefill ? "" : " busy");
+                    100.0 * gbs / pk, gflops, bf16_inputs, idle && idle_prefill ? "" : " busy");
         std::fflush(stdout);
       }
     }

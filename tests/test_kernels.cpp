@@ -393,6 +393,84 @@ TEST(Kernels, MatmulDoesNotReadPastItsInputs) {
   }
 }
 
+// Restores the bf16 dot products when a test ends, even on failure.
+struct Bf16DotGuard {
+  ~Bf16DotGuard() { cpu::set_bf16_dot_for_testing(true); }
+};
+
+std::vector<float> rounded_to_bf16(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  return r;
+}
+
+TEST(Kernels, MatmulBf16InputsAreTheProductOfTheRoundedInputs) {
+  // MatmulInputs::Bf16 over bf16 weights: the f32 product of x rounded to
+  // bf16, on every ISA with and without the bf16 dot products — n on both
+  // sides of gemm_min_rows and every remainder of the 6 x 4 micro-tiles,
+  // rows split over threads or not, cols odd and past one 2,048 k block.
+  // F32 and F16 weights ignore it (exact products).
+  IsaGuard guard;
+  Bf16DotGuard dot_guard;
+  std::mt19937 rng(21);
+  bool dot_tested = false;
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (int64_t rows : {1, 5, 13, 130})
+      for (int64_t cols : {1, 17, 33, 1031, 4100})
+        for (int64_t n : {1, 16, 17, 23, 70}) {
+          const std::vector<float> x = random_vector(size_t(n * cols), rng);
+          for (DType dtype : {DType::BF16, DType::F32, DType::F16}) {
+            const TestWeights w = make_weights(dtype, rows, cols, rng);
+            const std::vector<float> bias = random_vector(size_t(rows), rng);
+            const Reference ref = dtype == DType::BF16 ? reference(rounded_to_bf16(x).data(), n, w)
+                                                       : reference(x.data(), n, w);
+            for (const std::string& isa : supported_isas())
+              for (bool dot : {true, false}) {
+                ASSERT_TRUE(cpu::set_isa_for_testing(isa));
+                cpu::set_bf16_dot_for_testing(dot);
+                dot_tested = dot_tested || cpu::bf16_dot_products();
+                std::vector<float> y(size_t(n * rows), NAN);
+                cpu::matmul(pool, x.data(), n, w.view(), bias.data(), y.data(),
+                            cpu::MatmulInputs::Bf16);
+                expect_matmul_close(ref, n, rows, bias.data(), y.data(),
+                                    describe(isa, dtype, n, rows, cols, true, threads) +
+                                        " bf16 inputs" + (dot ? "" : " (no dot products)"));
+                if (::testing::Test::HasFailure()) return;
+              }
+          }
+        }
+  }
+  std::printf("bf16 dot products (AVX-512 BF16) %s\n",
+              dot_tested ? "tested" : "absent on this processor: the rounded f32 path tested");
+}
+
+TEST(Kernels, MatmulBf16InputsDoNotReadPastTheWeights) {
+  // The bf16 GEMM reads the weights in place: its tails must use masked
+  // loads (rows of odd length, a k block's last partial 32 values).
+  Bf16DotGuard dot_guard;
+  ThreadPool pool(2);
+  std::mt19937 rng(23);
+  for (int64_t cols : {1, 3, 31, 33, 2049}) {
+    for (int64_t n : {17, 33}) {
+      const int64_t rows = 9;
+      const TestWeights ref = make_weights(DType::BF16, rows, cols, rng);
+      GuardedBuffer wbuf(ref.view().nbytes());
+      std::memcpy(wbuf.as<char>(), ref.view().data, ref.view().nbytes());
+      WeightMatrix w = ref.view();
+      w.data = wbuf.as<void>();
+      const std::vector<float> x = random_vector(size_t(n * cols), rng);
+      const Reference want = reference(rounded_to_bf16(x).data(), n, ref);
+      std::vector<float> y(size_t(n * rows), NAN);
+      cpu::matmul(pool, x.data(), n, w, nullptr, y.data(), cpu::MatmulInputs::Bf16);
+      expect_matmul_close(
+          want, n, rows, nullptr, y.data(),
+          describe(std::string(cpu::active_isa()), DType::BF16, n, rows, cols, false, 2) +
+              " bf16 inputs");
+    }
+  }
+}
+
 TEST(Kernels, DotAndAxpy) {
   IsaGuard guard;
   std::mt19937 rng(11);

@@ -298,7 +298,7 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
   EXPECT_EQ(r.body["model"], "test-model");
   EXPECT_EQ(r.body["device"], "cpu");  // no "gpu_memory" on the CPU
   EXPECT_EQ(r.body["kv_cache_dtype"], "f32");
-  EXPECT_EQ(r.body["gemm_precision"], "f32");  // the CPU computes in f32
+  EXPECT_EQ(r.body["gemm_precision"], "bf16");  // --gemm-precision's default, on the CPU too
   EXPECT_EQ(r.body["total_requests_processed"], 1);
   EXPECT_EQ(r.body["total_completion_tokens"], 3);
   EXPECT_EQ(r.body["total_prompt_tokens"], 2);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "model/decoder.h"
 #include "model/kv_pool.h"
@@ -109,7 +110,11 @@ bool resolve_gemm_precision(const std::string& flag) {
 std::unique_ptr<StepRunner> make_step_runner(const DeviceChoice& device, const Model& model,
                                              ThreadPool& pool, KvPool& kv_pool,
                                              int64_t max_step_tokens, bool bf16_gemm) {
-  if (!device.cuda) return std::make_unique<Decoder>(model, pool, kv_pool, max_step_tokens);
+  if (!device.cuda) {
+    auto cpu = std::make_unique<Decoder>(model, pool, kv_pool, max_step_tokens);
+    if (bf16_gemm) cpu->round_bf16_matmul_inputs(cpu::gemm_min_rows());
+    return cpu;
+  }
 #if TANDEM_HAVE_CUDA
   check_usable(device.name(), device.index);
   return std::make_unique<cuda::Decoder>(

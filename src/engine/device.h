@@ -34,12 +34,14 @@ std::optional<DeviceChoice> parse_device(const std::string& flag);
 // range: Error saying what to do.
 DeviceChoice resolve_device(const std::string& flag);
 
-// --gemm-precision: what the GPU's tensor-core products (the GEMMs of
-// prefill chunks and batched decode, the prefill attention) take as their
-// f32 inputs. "bf16" (the default): rounded to bf16, as vLLM and llama.cpp
-// do; "f32": f32-level (each as two bf16 halves; prefill ~1.6x slower).
-// Returns whether it is bf16. Error naming the flag for any other value.
-// The CPU computes in f32 either way.
+// --gemm-precision: what the matrix products over bf16 weights of steps
+// past the decode GEMV (prefill chunks, batched decode; on the GPU also the
+// prefill attention) take as their f32 inputs. "bf16" (the default):
+// rounded to bf16, as vLLM and llama.cpp do — on the GPU into its
+// tensor-core GEMMs, on the CPU into bf16 dot products (cpu::MatmulInputs);
+// "f32": f32-level on the GPU (each as two bf16 halves; prefill ~1.6x
+// slower), exact f32 products on the CPU (~1.8x slower prefill). Returns
+// whether it is bf16. Error naming the flag for any other value.
 bool resolve_gemm_precision(const std::string& flag);
 
 // The CPU Decoder, or cuda::Decoder on `device` (whose KvPool must be

@@ -231,7 +231,7 @@ struct Engine::Impl {
     const bool bf16_gemm = resolve_gemm_precision(config.gemm_precision);
     decoder = make_step_runner(config.device, m, pool, *kv_pool,
                                config.step_token_budget + image_run, bf16_gemm);
-    snapshot.gemm_precision = config.device.cuda && bf16_gemm ? "bf16" : "f32";
+    snapshot.gemm_precision = bf16_gemm ? "bf16" : "f32";
     snapshot.device = config.device.name();
     config.vision_budget = std::max<int64_t>(1, config.vision_budget);
     snapshot.kv_cache_dtype = kv_dtype == DType::BF16 ? "bf16" : "f32";

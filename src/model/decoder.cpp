@@ -31,12 +31,8 @@ void Decoder::linear(const float* x, int64_t n, const WeightMatrix& w, const Vec
 
 void Decoder::matmul(const float* x, int64_t n, const WeightMatrix& w, const float* bias,
                      float* y) {
-  if (round_inputs_rows_ > 0 && n >= round_inputs_rows_ && w.dtype == DType::BF16) {
-    rounded_.resize(size_t(n * w.cols));
-    for (size_t i = 0; i < rounded_.size(); ++i) rounded_[i] = bf16_to_f32(f32_to_bf16(x[i]));
-    x = rounded_.data();
-  }
-  cpu::matmul(pool_, x, n, w, bias, y);
+  const bool bf16 = round_inputs_rows_ > 0 && n >= round_inputs_rows_;
+  cpu::matmul(pool_, x, n, w, bias, y, bf16 ? cpu::MatmulInputs::Bf16 : cpu::MatmulInputs::F32);
 }
 
 Decoder::Decoder(const Model& model, ThreadPool& pool, KvPool& kv_pool, int64_t max_step_tokens)

@@ -77,9 +77,12 @@ class Decoder : public StepRunner {
   // against. Off by default.
   void round_kv_rows_to_bf16(bool on) { round_kv_bf16_ = on; }
   // Rounds the inputs of every matmul over bf16 weights with at least
-  // `min_rows` rows to bf16 values (nearest even) first: the numerics of
-  // cuda::Decoder with bf16 GEMM inputs, whose steps past its GEMV limit
-  // feed cuBLAS bf16 activations. 0 (the default): off.
+  // `min_rows` rows to bf16 values (nearest even) first (cpu::MatmulInputs::
+  // Bf16). cpu::gemm_min_rows(): --gemm-precision bf16 (make_step_runner),
+  // whose prefill GEMMs then run on bf16 dot products; the GPU's GEMV limit
+  // + 1: the numerics of cuda::Decoder with bf16 GEMM inputs, whose steps
+  // past that limit feed cuBLAS bf16 activations (its tests' oracle). 0 (the
+  // default): off, every product exact in f32.
   void round_bf16_matmul_inputs(int64_t min_rows) { round_inputs_rows_ = min_rows; }
 
  private:
@@ -97,7 +100,6 @@ class Decoder : public StepRunner {
   int64_t max_step_tokens_;
   bool round_kv_bf16_ = false;
   int64_t round_inputs_rows_ = 0;
-  std::vector<float> rounded_;   // matmul inputs rounded to bf16
   std::vector<RopeTable> rope_;  // [L]: per layer, since head dims differ (Gemma 4)
   // Scratch for max_step_tokens tokens (T); Dh and F are the largest of any layer.
   std::vector<float> h_;           // [T, D] residual stream

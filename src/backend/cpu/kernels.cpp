@@ -146,6 +146,17 @@ bool hardware_vnni(bool avx512) {
 #endif
 }
 
+// Whether the processor has AVX-512 BF16 (vdpbf16ps, vcvtneps2bf16).
+bool hardware_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> g_bf16_dot_allowed{true};  // set_bf16_dot_for_testing
 std::atomic<bool> g_vnni_allowed{true};      // set_vnni_for_testing
 std::atomic<bool> g_quant_reference{false};  // set_quant_reference_for_testing
 
@@ -200,6 +211,19 @@ void set_vnni_for_testing(bool allowed) {
   g_vnni_allowed.store(allowed, std::memory_order_relaxed);
 }
 
+void set_bf16_dot_for_testing(bool allowed) {
+  g_bf16_dot_allowed.store(allowed, std::memory_order_relaxed);
+}
+
+bool bf16_dot_products() {
+  static const bool hw = hardware_bf16();
+  return hw && current_isa() == kAvx512 && g_bf16_dot_allowed.load(std::memory_order_relaxed);
+}
+
+int64_t gemm_min_rows() {
+  return detail::kStreamMaxN + 1;
+}
+
 void set_quant_reference_for_testing(bool enabled) {
   g_quant_reference.store(enabled, std::memory_order_relaxed);
 }
@@ -215,8 +239,59 @@ bool set_isa_for_testing(std::string_view isa) {
   return true;
 }
 
+namespace {
+
+// Runs gemm(x_rows, n_rows, y_rows, r0, r1) over the pool: split over output
+// rows when there are enough of them (W is read once in total), else over
+// activation rows (x_rows / y_rows are then offsets of t0 rows).
+template <class Gemm>
+void split_gemm(ThreadPool& pool, int64_t n, int64_t rows, int64_t cols, Gemm&& gemm) {
+  const int64_t row_groups = (rows + kRowGroup - 1) / kRowGroup;
+  if (row_groups >= 2 * int64_t(pool.size())) {
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols * n));
+    pool.parallel_for(row_groups, grain, [&](int64_t b, int64_t e) {
+      gemm(0, n, b * kRowGroup, std::min(e * kRowGroup, rows));
+    });
+  } else {
+    const int64_t groups = (n + kTokenGroup - 1) / kTokenGroup;
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kTokenGroup * cols * rows));
+    pool.parallel_for(groups, grain, [&](int64_t b, int64_t e) {
+      const int64_t t0 = b * kTokenGroup, t1 = std::min(e * kTokenGroup, n);
+      gemm(t0, t1 - t0, 0, rows);
+    });
+  }
+}
+
+// matmul's Bf16 inputs over dense BF16 weights: x rounded once (by the
+// calling thread: n·cols values, against rows times as many products), then
+// the bf16 GEMM, or the f32 kernels on the rounded values.
+void matmul_bf16_inputs(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w,
+                        const float* bias, float* y) {
+  const size_t count = size_t(n * w.cols);
+  if (n >= gemm_min_rows() && bf16_dot_products()) {
+    thread_local std::vector<uint16_t> rounded;
+    if (rounded.size() < count) rounded.resize(count);
+    // The workers read this thread's buffer (a thread_local named inside
+    // the lambda would be each worker's own).
+    const uint16_t* xb = rounded.data();
+    const detail::Bf16Kernels& k = detail::kAvx512Bf16Kernels;
+    k.round(x, int64_t(count), rounded.data());
+    const int64_t rows = w.rows, cols = std::max<int64_t>(w.cols, 1);
+    split_gemm(pool, n, rows, cols, [&](int64_t t0, int64_t tn, int64_t r0, int64_t r1) {
+      k.gemm(xb + t0 * w.cols, tn, w, bias, y + t0 * rows, r0, r1);
+    });
+    return;
+  }
+  thread_local std::vector<float> rounded;
+  if (rounded.size() < count) rounded.resize(count);
+  for (size_t i = 0; i < count; ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  matmul(pool, rounded.data(), n, w, bias, y);
+}
+
+}  // namespace
+
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, const float* bias,
-            float* y) {
+            float* y, MatmulInputs inputs) {
   if (w.format == WeightFormat::Affine) {
     check_affine(w, "matmul");
     if (g_quant_reference.load(std::memory_order_relaxed))
@@ -228,6 +303,8 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
     fail("matmul: weight dtype %s is not supported (expected F32, F16 or BF16)",
          std::string(dtype_name(w.dtype)).c_str());
   if (n <= 0 || w.rows <= 0) return;
+  if (inputs == MatmulInputs::Bf16 && w.dtype == DType::BF16)
+    return matmul_bf16_inputs(pool, x, n, w, bias, y);
   const IsaKernels& k = kernels();
   const int64_t rows = w.rows, cols = std::max<int64_t>(w.cols, 1);
   const int64_t row_groups = (rows + kRowGroup - 1) / kRowGroup;
@@ -241,21 +318,9 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
     return;
   }
 
-  if (row_groups >= 2 * int64_t(pool.size())) {
-    // Prefill, split over output rows: W is read once in total.
-    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols * n));
-    pool.parallel_for(row_groups, grain, [&](int64_t b, int64_t e) {
-      k.gemm(x, n, w, bias, y, b * kRowGroup, std::min(e * kRowGroup, rows));
-    });
-  } else {
-    // Few output rows, many activation rows: split over activation rows.
-    const int64_t groups = (n + kTokenGroup - 1) / kTokenGroup;
-    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kTokenGroup * cols * rows));
-    pool.parallel_for(groups, grain, [&](int64_t b, int64_t e) {
-      const int64_t t0 = b * kTokenGroup, t1 = std::min(e * kTokenGroup, n);
-      k.gemm(x + t0 * w.cols, t1 - t0, w, bias, y + t0 * rows, 0, rows);
-    });
-  }
+  split_gemm(pool, n, rows, cols, [&](int64_t t0, int64_t tn, int64_t r0, int64_t r1) {
+    k.gemm(x + t0 * w.cols, tn, w, bias, y + t0 * rows, r0, r1);
+  });
 }
 
 float dot(const float* a, const float* b, int64_t n) {

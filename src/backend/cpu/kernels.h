@@ -20,8 +20,24 @@ namespace tandem::cpu {
 // Quantized W (WeightFormat::Affine): x is quantized to int8 per block of 32
 // values first, so y differs from the f32 product with the dequantized
 // weights by that rounding (relative error ~1e-3 of |x|·|w|).
+//
+// `inputs` Bf16 (dense BF16 weights only; ignored for others): each value of
+// x is rounded to bf16 (nearest even) first, as vLLM and llama.cpp do in
+// prefill, and y is the f32 sum of those products — the f32 product of the
+// rounded x up to the order of the additions. Past gemm_min_rows() rows on a
+// processor with AVX-512 BF16 the GEMM then runs on bf16 dot products
+// (vdpbf16ps, twice the f32 FMA's rate) over the weights in place.
+enum class MatmulInputs { F32, Bf16 };
 void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, const float* bias,
-            float* y);
+            float* y, MatmulInputs inputs = MatmulInputs::F32);
+
+// The fewest activation rows matmul takes the cache-blocked GEMM for (fewer
+// stream the weights: the decode GEMV).
+int64_t gemm_min_rows();
+
+// Whether matmul's Bf16 inputs run on bf16 dot products here (the processor
+// has AVX-512 BF16, the AVX-512 path is in use, and no test turned it off).
+bool bf16_dot_products();
 
 // Single-threaded vector helpers for attention and norms (SIMD-dispatched).
 float dot(const float* a, const float* b, int64_t n);
@@ -43,6 +59,10 @@ void set_vnni_for_testing(bool allowed);
 // activations (each weight row dequantized; slow), isolating the weights'
 // rounding from the activations'; false restores the int8 kernels.
 void set_quant_reference_for_testing(bool enabled);
+
+// Test hook: false makes matmul's Bf16 inputs use the f32 kernels on the
+// rounded values instead of bf16 dot products; true restores the default.
+void set_bf16_dot_for_testing(bool allowed);
 
 // Test hook: makes every later call use `isa` ("avx512", "avx2" or "scalar")
 // regardless of TANDEM_ISA; "" restores the run-time choice. Returns false,

@@ -41,6 +41,19 @@ struct IsaKernels {
   void (*axpy)(float a, const float* x, float* y, int64_t n);
 };
 
+// The prefill GEMM over bf16 weights and bf16 activations (a processor with
+// AVX-512 BF16): stream/gemm's contract with x already bf16,
+//   y[t * w.rows + r] = sum_c bf16 x[t * w.cols + c] * W[r, c] (+ bias[r]),
+// each product exact and the sum in f32. w.dtype must be BF16.
+// Single-threaded; the caller splits rows or activation rows.
+struct Bf16Kernels {
+  // dst[i] = x[i] rounded to bf16 (nearest even) for i < n.
+  void (*round)(const float* x, int64_t n, uint16_t* dst);
+  void (*gemm)(const uint16_t* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+               int64_t r0, int64_t r1);
+};
+extern const Bf16Kernels kAvx512Bf16Kernels;  // kernels_avx512bf16.cpp
+
 extern const IsaKernels kScalarKernels;  // kernels.cpp
 extern const IsaKernels kAvx2Kernels;    // kernels_avx2.cpp: AVX2 + FMA + F16C
 extern const IsaKernels kAvx512Kernels;  // kernels_avx512.cpp: AVX-512 F/BW/VL/DQ
