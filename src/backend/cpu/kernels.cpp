@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -59,7 +60,32 @@ void stream_scalar(const float* x, int64_t n, const WeightMatrix& w, const float
   }
 }
 
+void scores_scalar(const float* q, int nq, int64_t q_stride, const float* k, int64_t k_stride,
+                   int64_t nk, int64_t dim, float scale, float* s, int64_t s_stride) {
+  for (int g = 0; g < nq; ++g)
+    for (int64_t j = 0; j < nk; ++j)
+      s[g * s_stride + j] = dot_scalar(q + g * q_stride, k + j * k_stride, dim) * scale;
+}
+
+void values_scalar(const float* p, int nq, int64_t p_stride, const float* v, int64_t v_stride,
+                   int64_t nk, int64_t dim, float* out, int64_t out_stride) {
+  for (int g = 0; g < nq; ++g)
+    for (int64_t j = 0; j < nk; ++j)
+      axpy_scalar(p[g * p_stride + j], v + j * v_stride, out + g * out_stride, dim);
+}
+
+float exp_sum_scalar(float* x, int64_t n, float shift) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
 }  // namespace
+
+const AttentionKernels kScalarAttention = {scores_scalar, values_scalar, exp_sum_scalar};
 
 // Scalar code has no cache blocking to gain from: one kernel serves both.
 const IsaKernels kScalarKernels = {"scalar", stream_scalar, stream_scalar, dot_scalar, axpy_scalar};
@@ -325,6 +351,26 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
 
 float dot(const float* a, const float* b, int64_t n) {
   return kernels().dot(a, b, n);
+}
+
+namespace {
+const detail::AttentionKernels& attention_kernels() {
+  return current_isa() == kAvx512 ? detail::kAvx512Attention : detail::kScalarAttention;
+}
+}  // namespace
+
+void attention_scores(const float* q, int nq, int64_t q_stride, const float* k, int64_t k_stride,
+                      int64_t nk, int64_t dim, float scale, float* s, int64_t s_stride) {
+  attention_kernels().scores(q, nq, q_stride, k, k_stride, nk, dim, scale, s, s_stride);
+}
+
+void attention_values(const float* p, int nq, int64_t p_stride, const float* v, int64_t v_stride,
+                      int64_t nk, int64_t dim, float* out, int64_t out_stride) {
+  attention_kernels().values(p, nq, p_stride, v, v_stride, nk, dim, out, out_stride);
+}
+
+float exp_shifted_sum(float* x, int64_t n, float shift) {
+  return attention_kernels().exp_sum(x, n, shift);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) {

@@ -43,6 +43,21 @@ bool bf16_dot_products();
 float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x
 
+// The attention's blocks over rows of `dim` floats, for nq query heads that
+// share their keys and values (single-threaded, SIMD-dispatched: AVX-512
+// takes up to four heads per pass over the rows, AVX2 and scalar code a
+// head at a time). Query head g is q + g * q_stride, key j k + j * k_stride:
+//   attention_scores: s[g * s_stride + j] = scale * (q_g . k_j), j < nk;
+//   attention_values: out_g += sum_j p[g * p_stride + j] * v_j (out_g =
+//     out + g * out_stride);
+//   exp_shifted_sum: x[i] = exp(x[i] - shift) for i < n, returning their
+//     sum (AVX-512: a polynomial within ~1e-7 relative of expf).
+void attention_scores(const float* q, int nq, int64_t q_stride, const float* k, int64_t k_stride,
+                      int64_t nk, int64_t dim, float scale, float* s, int64_t s_stride);
+void attention_values(const float* p, int nq, int64_t p_stride, const float* v, int64_t v_stride,
+                      int64_t nk, int64_t dim, float* out, int64_t out_stride);
+float exp_shifted_sum(float* x, int64_t n, float shift);
+
 // The ISA chosen at run time ("avx512", "avx2", "scalar"); TANDEM_ISA=avx2|scalar
 // in the environment forces a narrower one (tests use it to cover each path).
 std::string_view active_isa();

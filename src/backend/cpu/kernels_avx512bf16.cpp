@@ -52,19 +52,7 @@ inline __m512bh load_bf16_masked(const uint16_t* p, __mmask32 m) {
   return __m512bh(_mm512_maskz_loadu_epi16(m, p));
 }
 
-// The four sums of v[0..3]'s lanes, in one pass: pairs of vectors
-// interleaved and added until each 128-bit lane holds a partial sum of each
-// vector, then the four lanes added (13 instructions instead of 4 x 8).
-inline __m128 sum4(const __m512 (&v)[4]) {
-  const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
-  const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
-  // Per 128-bit lane: s01 = [v0 v1 v0 v1], s23 = [v2 v3 v2 v3] (partial sums).
-  const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23));
-  const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23));
-  const __m512 s = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));  // [v0 v1 v2 v3]
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
+#include "backend/cpu/lane_sums_avx512.inc"
 
 // sums[i][j] = Σ_{c < len} w[i * ldw + c] · x[j * ldx + c] (masked loads
 // for the tail: the lanes past len are zero and their memory is not read).
@@ -94,7 +82,7 @@ inline void micro(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx
   }
   for (int i = 0; i < R; ++i) {
     if constexpr (T == 4) {
-      _mm_storeu_ps(sums[i], sum4(acc[i]));
+      _mm_storeu_ps(sums[i], lane_sums4(acc[i]));
     } else {
       for (int j = 0; j < T; ++j) sums[i][j] = _mm512_reduce_add_ps(acc[i][j]);
     }

@@ -54,6 +54,18 @@ struct Bf16Kernels {
 };
 extern const Bf16Kernels kAvx512Bf16Kernels;  // kernels_avx512bf16.cpp
 
+// The attention's building blocks (kernels.h's attention_scores,
+// attention_values, exp_shifted_sum).
+struct AttentionKernels {
+  void (*scores)(const float* q, int nq, int64_t q_stride, const float* k, int64_t k_stride,
+                 int64_t nk, int64_t dim, float scale, float* s, int64_t s_stride);
+  void (*values)(const float* p, int nq, int64_t p_stride, const float* v, int64_t v_stride,
+                 int64_t nk, int64_t dim, float* out, int64_t out_stride);
+  float (*exp_sum)(float* x, int64_t n, float shift);
+};
+extern const AttentionKernels kScalarAttention;  // kernels.cpp (also the AVX2 path)
+extern const AttentionKernels kAvx512Attention;  // attention_avx512.cpp
+
 extern const IsaKernels kScalarKernels;  // kernels.cpp
 extern const IsaKernels kAvx2Kernels;    // kernels_avx2.cpp: AVX2 + FMA + F16C
 extern const IsaKernels kAvx512Kernels;  // kernels_avx512.cpp: AVX-512 F/BW/VL/DQ

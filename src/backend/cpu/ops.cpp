@@ -86,41 +86,55 @@ void attention(ThreadPool& pool, const float* q, int64_t pos0, int64_t n, const 
   const int64_t kv_dim = p.kv_heads * p.head_dim;
   const int64_t q_dim = p.heads * p.head_dim;
   const int64_t block_floats = p.block_size * kv_dim;
-  auto row = [&](const float* base, int64_t pos) {
-    const int64_t b = p.blocks[pos / p.block_size - p.first_block];
-    return base + b * block_floats + (pos % p.block_size) * kv_dim;
+  // A task is (token, kv head, `sub` of its query heads): the heads of a
+  // task read each key and value row once for all of them. The whole group
+  // when that gives every thread two tasks; else halves of it (decode of a
+  // model with one or two kv heads).
+  int64_t sub = group;
+  while (sub > 1 && n * p.kv_heads * ((group + sub - 1) / sub) < 2 * pool.size())
+    sub = (sub + 1) / 2;
+  const int64_t subs = (group + sub - 1) / sub;
+  // Runs f(first position, count, rows at k_base's / v_base's offset) over
+  // the positions [first, last], one run per KV block.
+  auto for_runs = [&](int64_t first, int64_t last, auto&& f) {
+    for (int64_t pos = first; pos <= last;) {
+      const int64_t end = std::min(last + 1, (pos / p.block_size + 1) * p.block_size);
+      const int64_t b = p.blocks[pos / p.block_size - p.first_block];
+      f(pos, end - pos, b * block_floats + (pos % p.block_size) * kv_dim);
+      pos = end;
+    }
   };
-  // One task per (token, head); each owns its row of the output.
-  pool.parallel_for(n * p.heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+  pool.parallel_for(n * p.kv_heads * subs, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;  // [heads of the task][keys]
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / p.heads, h = task % p.heads, kvh = h / group;
+      const int64_t t = task / (p.kv_heads * subs), kvh = task / subs % p.kv_heads;
+      const int64_t h0 = kvh * group + task % subs * sub;
+      const int nq = int(std::min(sub, kvh * group + group - h0));
       const int64_t pos = pos0 + t;
       const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
       const int64_t last = p.key_end ? p.key_end[t] - 1 : pos;
       const int64_t count = last - first + 1;
-      const float* qh = q + t * q_dim + h * p.head_dim;
-      scores.resize(size_t(count));
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < count; ++j) {
-        const float* kj = row(p.k_base, first + j) + kvh * p.head_dim;
-        float s = dot(qh, kj, p.head_dim) * p.scale;
-        if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
-        scores[j] = s;
-        max_score = std::max(max_score, s);
+      const float* qh = q + t * q_dim + h0 * p.head_dim;
+      float* oh = out + t * q_dim + h0 * p.head_dim;
+      scores.resize(size_t(nq * count));
+      for_runs(first, last, [&](int64_t at, int64_t keys, int64_t offset) {
+        attention_scores(qh, nq, p.head_dim, p.k_base + offset + kvh * p.head_dim, kv_dim, keys,
+                         p.head_dim, p.scale, scores.data() + (at - first), count);
+      });
+      for (int g = 0; g < nq; ++g) {
+        float* sg = scores.data() + g * count;
+        if (p.softcap > 0.0f)
+          for (int64_t j = 0; j < count; ++j) sg[j] = p.softcap * std::tanh(sg[j] / p.softcap);
+        const float max_score = *std::max_element(sg, sg + count);
+        const float inv_sum = 1.0f / exp_shifted_sum(sg, count, max_score);
+        for (int64_t j = 0; j < count; ++j) sg[j] *= inv_sum;
       }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < count; ++j) {
-        scores[j] = std::exp(scores[j] - max_score);
-        sum += scores[j];
-      }
-      float* oh = out + t * q_dim + h * p.head_dim;
-      std::fill(oh, oh + p.head_dim, 0.0f);
-      const float inv_sum = 1.0f / sum;
-      for (int64_t j = 0; j < count; ++j) {
-        const float* vj = row(p.v_base, first + j) + kvh * p.head_dim;
-        axpy(scores[j] * inv_sum, vj, oh, p.head_dim);
-      }
+      std::fill(oh, oh + nq * p.head_dim, 0.0f);
+      for_runs(first, last, [&](int64_t at, int64_t keys, int64_t offset) {
+        attention_values(scores.data() + (at - first), nq, count,
+                         p.v_base + offset + kvh * p.head_dim, kv_dim, keys, p.head_dim, oh,
+                         p.head_dim);
+      });
     }
   });
 }
