@@ -267,9 +267,9 @@ bool set_isa_for_testing(std::string_view isa) {
 
 namespace {
 
-// Runs gemm(x_rows, n_rows, y_rows, r0, r1) over the pool: split over output
-// rows when there are enough of them (W is read once in total), else over
-// activation rows (x_rows / y_rows are then offsets of t0 rows).
+// Runs gemm(t0, tn, r0, r1) — activation rows [t0, t0 + tn) against output
+// rows [r0, r1) — over the pool: split over output rows when there are
+// enough of them (W is read once in total), else over activation rows.
 template <class Gemm>
 void split_gemm(ThreadPool& pool, int64_t n, int64_t rows, int64_t cols, Gemm&& gemm) {
   const int64_t row_groups = (rows + kRowGroup - 1) / kRowGroup;
