@@ -120,7 +120,13 @@ int run_bench(const BenchOptions& o) {
         pool.size(), std::string(cpu::active_isa()).c_str(),
         std::string(cpu::active_quant_isa()).c_str(), peak, o.peak_gbs > 0 ? " (given)" : "");
   }
-  std::printf("prefill      %d tokens: %.1f tok/s\n", o.prompt_tokens, prefill_tps);
+  // What the prefill's matmuls over bf16 weights multiplied (--gemm-precision).
+  const bool bf16_inputs = resolve_gemm_precision(o.gemm_precision);
+  const char* products = device.cuda ? (bf16_inputs ? "bf16 GEMM inputs" : "f32-level GEMM inputs")
+                         : !bf16_inputs             ? "f32 products"
+                         : cpu::bf16_dot_products() ? "bf16 inputs on AVX-512 BF16 dot products"
+                                                    : "bf16 inputs on f32 kernels";
+  std::printf("prefill      %d tokens: %.1f tok/s (%s)\n", o.prompt_tokens, prefill_tps, products);
   std::printf("decode       %d tokens: %.2f tok/s, %.1f GB/s, %.0f%% of %s bandwidth\n",
               o.decode_tokens, decode_tps, gbs, 100.0 * gbs / peak,
               device.cuda ? "nominal" : "measured");
