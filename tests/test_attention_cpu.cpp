@@ -146,6 +146,10 @@ TEST(CpuAttention, ExpShiftedSumIsExpfToAFewUlps) {
         ASSERT_NEAR(y[i], want, std::max(4 * 1.2e-7 * want, 1.2e-38))
             << isa << " exp(" << x[i] << " - " << shift << ")";
       }
+      // A NaN score stays NaN (a broken activation must not turn into a weight).
+      std::vector<float> bad = {0.0f, NAN, -1.0f};
+      cpu::exp_shifted_sum(bad.data(), 3, 0.0f);
+      EXPECT_TRUE(std::isnan(bad[1])) << isa;
       // An f32 sum of n terms: within n rounding steps.
       EXPECT_NEAR(sum, want_sum, double(x.size()) * 1.2e-7 * want_sum) << isa;
     }

@@ -120,7 +120,9 @@ void values(const float* p, int nq, int64_t p_stride, const float* v, int64_t v_
 // |r| <= ln 2 / 2, e^r by Cephes' degree-6 polynomial (relative error
 // ~1e-7, as expf's), times 2^n by vscalefps (0 below the f32 range).
 inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // e^-104 is 0 in f32 after scaling
+  // e^-104 is 0 in f32 after scaling; x second, so that a NaN stays NaN
+  // (maxps returns its second operand when either is NaN).
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
