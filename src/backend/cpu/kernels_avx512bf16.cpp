@@ -89,56 +89,13 @@ inline void micro(const uint16_t* w, int64_t ldw, const uint16_t* x, int64_t ldx
   }
 }
 
-// One k block of R weight rows against T activation rows: y[j * ldy + i]
-// is stored (+ bias) on the first k block and accumulated after.
-struct Tile {
-  const uint16_t* w;
-  int64_t ldw;
-  const uint16_t* x;
-  int64_t ldx;
-  int64_t len;
-  float* y;
-  int64_t ldy;
-  const float* bias;  // bias of weight row 0, or null
-  bool first;
-};
-
-template <int R, int T>
-inline void tile(const Tile& a) {
-  float s[R][T];
-  micro<R, T>(a.w, a.ldw, a.x, a.ldx, a.len, s);
-  for (int j = 0; j < T; ++j) {
-    float* out = a.y + j * a.ldy;
-    for (int i = 0; i < R; ++i)
-      out[i] = a.first ? s[i][j] + (a.bias ? a.bias[i] : 0.0f) : out[i] + s[i][j];
-  }
-}
-
-// R weight rows against tn activation rows: kMt at a time, then the rest.
-template <int R, int T = 1>
-inline void tile_rest(const Tile& a, int64_t rest) {
-  if constexpr (T < kMt) {
-    if (rest == T) return tile<R, T>(a);
-    tile_rest<R, T + 1>(a, rest);
-  }
-}
-
-template <int R>
-inline void rows_against_tile(Tile a, int64_t tn) {
-  int64_t t = 0;
-  for (; t + kMt <= tn; t += kMt) {
-    tile<R, kMt>(a);
-    a.x += kMt * a.ldx;
-    a.y += kMt * a.ldy;
-  }
-  tile_rest<R>(a, tn - t);
-}
+#include "backend/cpu/kernels_tile.inc"
 
 // The last rb (< kMr) weight rows of a band.
 template <int R = 1>
-inline void rows_rest(const Tile& a, int64_t tn, int rb) {
+inline void rows_rest(const TileArgs<uint16_t>& a, int64_t tn, int rb) {
   if constexpr (R < kMr) {
-    if (rb == R) return rows_against_tile<R>(a, tn);
+    if (rb == R) return row_block<R>(a, tn);
     rows_rest<R + 1>(a, tn, rb);
   }
 }
@@ -158,7 +115,7 @@ void gemm_bf16(const uint16_t* x, int64_t n, const WeightMatrix& w, const float*
       const int64_t tn = min64(kTn, n - t0);
       for (int64_t r = r0; r < r1;) {
         const int rb = int(min64(kMr, r1 - r));
-        Tile a;
+        TileArgs<uint16_t> a;
         a.w = W + r * cols + k0;
         a.ldw = cols;
         a.x = x + t0 * cols + k0;
@@ -169,7 +126,7 @@ void gemm_bf16(const uint16_t* x, int64_t n, const WeightMatrix& w, const float*
         a.bias = bias ? bias + r : nullptr;
         a.first = k0 == 0;
         if (rb == kMr)
-          rows_against_tile<kMr>(a, tn);
+          row_block<kMr>(a, tn);
         else
           rows_rest(a, tn, rb);
         r += rb;
