@@ -57,7 +57,7 @@ int run_bench(const BenchOptions& o) {
     fail("--prompt-tokens and --tokens must be at least 1");
   const DeviceChoice device = resolve_device(o.device);
   const DType kv_dtype = resolve_kv_dtype(o.kv_cache_dtype, device);
-  resolve_gemm_precision(o.gemm_precision);
+  const bool bf16_inputs = resolve_gemm_precision(o.gemm_precision);
   ThreadPool pool(o.threads);
   // Measured before the model is touched, so its 1 GiB buffer is freed before
   // the weights become resident and stays out of the RSS figure below. On a
@@ -121,7 +121,6 @@ int run_bench(const BenchOptions& o) {
         std::string(cpu::active_quant_isa()).c_str(), peak, o.peak_gbs > 0 ? " (given)" : "");
   }
   // What the prefill's matmuls over bf16 weights multiplied (--gemm-precision).
-  const bool bf16_inputs = resolve_gemm_precision(o.gemm_precision);
   const char* products = device.cuda ? (bf16_inputs ? "bf16 GEMM inputs" : "f32-level GEMM inputs")
                          : !bf16_inputs             ? "f32 products"
                          : cpu::bf16_dot_products() ? "bf16 inputs on AVX-512 BF16 dot products"
