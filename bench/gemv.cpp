@@ -7,10 +7,13 @@
 // that fits the L3 cache is not measured from it (decode streams every layer).
 // n = 64 (prefill): GFLOP/s (2 * n * rows * cols per call, the copies cycled
 // through as well, so the weights come from memory as in a model's step), for
-// bf16 weights also with bf16 inputs (cpu::MatmulInputs::Bf16). Figures are the
+// bf16 weights also with bf16 inputs (cpu::MatmulInputs::Bf16). "bf16-packed"
+// is bf16 packed as the CPU loads it where it can (WeightFormat::PackedBf16).
+// Figures are the
 // best of --trials timed trials (default 5) within --seconds per measurement.
 //
-//   gemv [--seconds S] [--trials T] [--dtypes bf16,f32,f16] [--threads 1,2] [--shapes all|small]
+//   gemv [--seconds S] [--trials T] [--dtypes bf16,bf16-packed,f32,f16] [--threads 1,2]
+//        [--shapes all|small]
 //        [--peak1 GBS --peak2 GBS] [--rotate-mib M] [--n N] [--huge] [--wait-idle S]
 //
 // --wait-idle S (default 60): before each measurement, wait up to S seconds
@@ -81,9 +84,7 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts;
   for (const auto& t : split(args.get("--threads", std::string("1,2"))))
     thread_counts.push_back(std::stoi(t));
-  std::vector<DType> dtypes;
-  for (const auto& d : split(args.get("--dtypes", std::string("bf16,f32"))))
-    dtypes.push_back(d == "f32" ? DType::F32 : d == "f16" ? DType::F16 : DType::BF16);
+  std::vector<std::string> dtypes = split(args.get("--dtypes", std::string("bf16,f32")));
   const bool small_only = args.get("--shapes", std::string("all")) == "small";
 
   // Peak read bandwidth per thread count.
@@ -118,15 +119,29 @@ int main(int argc, char** argv) {
       (long long)prefill_n, cpu::bf16_dot_products() ? "vdpbf16ps" : "rounded, f32 kernels");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
 
-  for (DType dtype : dtypes) {
+  for (const std::string& dtype_arg : dtypes) {
+    const bool packed = dtype_arg == "bf16-packed";
+    const DType dtype = dtype_arg == "f32"   ? DType::F32
+                        : dtype_arg == "f16" ? DType::F16
+                                             : DType::BF16;
     for (const BenchShape& shape : kShapes) {
       if (small_only && shape.rows > 10000) continue;
-      const size_t bytes = size_t(shape.rows * shape.cols) * dtype_size(dtype);
+      const WeightMatrix dense{dtype, nullptr, shape.rows, shape.cols};
+      const size_t bytes = packed ? cpu::packed_bf16_view(dense, nullptr).nbytes() : dense.nbytes();
       const size_t copies = std::max<size_t>(1, (rotate_bytes + bytes - 1) / bytes);
       std::vector<bench::Buffer> weights;
+      std::vector<uint16_t> staging;
       for (size_t i = 0; i < copies; ++i) {
         weights.emplace_back(bytes, huge);
-        fill_weights(weights.back().data(), dtype, size_t(shape.rows * shape.cols), uint32_t(i));
+        if (!packed) {
+          fill_weights(weights.back().data(), dtype, size_t(shape.rows * shape.cols), uint32_t(i));
+          continue;
+        }
+        staging.resize(size_t(shape.rows * shape.cols));
+        fill_weights(staging.data(), dtype, staging.size(), uint32_t(i));
+        WeightMatrix src = dense;
+        src.data = staging.data();
+        cpu::pack_bf16_rows16(src, weights.back().data(), 0, (shape.rows + 15) / 16);
       }
       std::vector<float> x(size_t(prefill_n * shape.cols));
       for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 17) * 0.01f - 0.08f;
@@ -137,7 +152,7 @@ int main(int argc, char** argv) {
         w.rows = shape.rows;
         w.cols = shape.cols;
         w.data = weights[i].data();
-        return w;
+        return packed ? cpu::packed_bf16_view(w, w.data) : w;
       };
 
       for (int t : thread_counts) {
@@ -186,9 +201,9 @@ int main(int argc, char** argv) {
 
         const double pk = t < 3 ? peak[t] : peak[2];
         std::printf("| %s | %s | %lld x %lld | %.1f | %d | %.1f | %.1f | %.0f%% | %.1f | %s |%s\n",
-                    std::string(dtype_name(dtype)).c_str(), shape.name, (long long)shape.rows,
-                    (long long)shape.cols, double(bytes) / 1e6, t, best_call * 1e6, gbs,
-                    100.0 * gbs / pk, gflops, bf16_inputs, idle && idle_prefill ? "" : " busy");
+                    dtype_arg.c_str(), shape.name, (long long)shape.rows, (long long)shape.cols,
+                    double(bytes) / 1e6, t, best_call * 1e6, gbs, 100.0 * gbs / pk, gflops,
+                    bf16_inputs, idle && idle_prefill ? "" : " busy");
         std::fflush(stdout);
       }
     }

@@ -62,7 +62,7 @@ void dequantized_reference(Model& ref, const Model& gguf) {
   auto replace = [&](WeightMatrix& dst, const WeightMatrix& src) {
     if (src.rows == 0) return;  // none (a KV-shared layer's k/v)
     std::vector<float> v = test::matrix_values(src);
-    ref.owned.push_back(std::make_unique<uint8_t[]>(v.size() * 4));
+    ref.owned.push_back(allocate_owned(v.size() * 4));
     std::memcpy(ref.owned.back().get(), v.data(), v.size() * 4);
     dst = WeightMatrix{};
     dst.dtype = DType::F32;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/kernels.h"
 #include "test_util.h"
 
 using nlohmann::json;
@@ -47,13 +48,25 @@ Diff compare(const json& got, const json& ref) {
 
 class Parity : public testing::TestWithParam<std::string> {};
 
-// The exact lane (--gemm-precision f32): every product in f32.
+// Sets an environment variable for the tandem processes a test starts.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+// The exact lane (--gemm-precision f32): every product in f32. BF16 layers
+// run packed for the CPU's outer-product kernels where the processor has
+// them (cpu::packed_weights_preferred), as a user's would.
 TEST_P(Parity, AllPositionLogitsMatchTransformers) {
   const std::string dir = fixture_dir(GetParam());
   json ref = read_json(dir + "/reference.json");
   auto r =
       run_tandem("logits " + dir + " --all --gemm-precision f32 --ids " + join_ids(ref["ids"]));
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  const bool bf16 = ref["dtype"].get<std::string>() == "bf16";
+  if (bf16 && tandem::cpu::packed_weights_preferred())
+    EXPECT_NE(r.err.find("packed for the CPU kernels"), std::string::npos) << r.err;
   json got = json::parse(r.out)["logits"];
   ASSERT_EQ(got.size(), ref["logits"].size());
   ASSERT_EQ(got[0].size(), ref["logits"][0].size());
@@ -102,6 +115,22 @@ TEST_P(Parity, AllPositionLogitsWithBf16MatmulInputsStayWithinBf16Noise) {
   EXPECT_LE(d.max_abs, bound) << "max |delta| " << d.max_abs << ", std(ref) " << d.ref_std;
   std::printf("[parity] %-18s bf16 matmul inputs: max|delta| = %.2e x std(ref) (bound %.2e)\n",
               GetParam().c_str(), d.max_abs / d.ref_std, bound / d.ref_std);
+}
+
+// The exact lane with every weight as stored (TANDEM_CPU_REPACK=0: the
+// dot-product kernels over row-major weights), the path of processors
+// without AVX-512 BF16.
+TEST_P(Parity, AllPositionLogitsMatchTransformersWithWeightsAsStored) {
+  const std::string dir = fixture_dir(GetParam());
+  json ref = read_json(dir + "/reference.json");
+  ScopedEnv no_repack("TANDEM_CPU_REPACK", "0");
+  auto r =
+      run_tandem("logits " + dir + " --all --gemm-precision f32 --ids " + join_ids(ref["ids"]));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("packed for the CPU kernels"), std::string::npos) << r.err;
+  Diff d = compare(json::parse(r.out)["logits"], ref["logits"]);
+  EXPECT_LE(d.max_abs, 1e-3 * d.ref_std)
+      << "max |delta| " << d.max_abs << ", std(ref) " << d.ref_std;
 }
 
 // Greedy decoding on the exact lane.

@@ -68,7 +68,7 @@ int run_bench(const BenchOptions& o) {
   // Reset the peak-RSS mark (Linux >= 4.0), so a model smaller than that
   // buffer is not charged for it.
   std::ofstream("/proc/self/clear_refs") << "5";
-  auto model = load_model_verbose(o.model, quantize_options(o.quantize));
+  auto model = load_model_verbose(o.model, load_options(o.quantize, device));
   const ModelSpec& s = model->spec;
 
   std::mt19937 rng(1);

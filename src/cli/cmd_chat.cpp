@@ -91,7 +91,7 @@ struct LocalServer {
     EngineConfig config;
     config.device = resolve_device(o.device);  // before any download
     const std::string dir = catalog::resolve_model_arg(arg, /*allow_download=*/true);
-    model = load_model_verbose(dir);
+    model = load_model_verbose(dir, load_options("", config.device));
     model->mmproj = o.mmproj;
     text = server::ModelText::load(dir);
     if (!text || !text->has_chat_template())

@@ -92,7 +92,7 @@ int run_generate(const RunOptions& o, const DeviceChoice& device) {
         "with --ids 1,2,3 instead",
         o.model.c_str());
   const text::Tokenizer* tok = model_text ? &model_text->tokenizer() : nullptr;
-  auto model = load_model_verbose(o.model, quantize_options(o.quantize));
+  auto model = load_model_verbose(o.model, load_options(o.quantize, device));
   model->mmproj = o.mmproj;
   std::unique_ptr<VisionTower> tower;
   std::vector<PreparedImage> prepared;
@@ -154,7 +154,7 @@ int run_generate(const RunOptions& o, const DeviceChoice& device) {
 
 int run_logits(const LogitsOptions& o, const DeviceChoice& device) {
   std::vector<int32_t> ids = parse_id_list(o.ids, "--ids");
-  auto model = load_model_verbose(o.model, quantize_options(o.quantize));
+  auto model = load_model_verbose(o.model, load_options(o.quantize, device));
   model->mmproj = o.mmproj;
   ThreadPool pool(o.threads);
   const int64_t n = int64_t(ids.size()), V = model->spec.vocab;

@@ -254,7 +254,7 @@ int run_serve(const ServeOptions& o) {
   // A name is resolved (and downloaded when missing) once the port is held,
   // so a port in use fails at once; /health says "loading" meanwhile.
   const std::string dir = catalog::resolve_model_arg(o.model, /*allow_download=*/true);
-  std::unique_ptr<Model> model = load_model_verbose(dir, quantize_options(o.quantize));
+  std::unique_ptr<Model> model = load_model_verbose(dir, load_options(o.quantize, config.device));
   model->mmproj = o.mmproj;
   // The tokenizer and chat template, when the folder has them: without a
   // tokenizer, prompts must be token ids and responses carry ids only.

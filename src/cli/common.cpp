@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "backend/cpu/kernels.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "model/decoder.h"
@@ -92,8 +94,11 @@ void check_mmproj(const std::string& value) {
     fail("--mmproj %s: no such file (expected a llama.cpp mmproj .gguf)", value.c_str());
 }
 
-LoadOptions quantize_options(const std::string& value) {
+LoadOptions load_options(const std::string& value, const DeviceChoice& device) {
   LoadOptions o;
+  const char* repack = std::getenv("TANDEM_CPU_REPACK");
+  o.pack_for_cpu =
+      !device.cuda && cpu::packed_weights_preferred() && !(repack && std::string(repack) == "0");
   if (value.empty() || value == "none") return o;
   if (value == "q4")
     o.quantize_bits = 4;
@@ -143,6 +148,20 @@ std::string weight_format_name(const Model& model) {
   return name;
 }
 
+namespace {
+
+// "loaded DIR: ARCH…, N GB <what> in T s" for a model with buffers converted at load.
+void print_converted(const std::string& dir, const Model& model, const char* kind, const char* what,
+                     double t0) {
+  const ModelSpec& s = model.spec;
+  std::fprintf(stderr,
+               "loaded %s: %s%s, %lld layers, hidden %lld, vocab %lld, %.2f GB %s in %.1f s\n",
+               dir.c_str(), s.arch.c_str(), kind, (long long)s.layers, (long long)s.hidden,
+               (long long)s.vocab, double(model.owned_bytes) / 1e9, what, now_seconds() - t0);
+}
+
+}  // namespace
+
 std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOptions& options) {
   const double t0 = now_seconds();
   auto model = load_model(dir, options);
@@ -155,13 +174,19 @@ std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOpti
                  double(model->owned_bytes) / 1e9, now_seconds() - t0);
     return model;
   }
+  if (options.pack_for_cpu && model->owned_bytes > 0 && !model->source) {
+    // The layers' matrices were read and packed (their mapped pages handed
+    // back); embeddings stay mapped. The head is read every step: make it
+    // resident now rather than during the first request.
+    const WeightMatrix& head = model->weights.head;
+    volatile uint8_t sink = 0;
+    const auto* p = static_cast<const uint8_t*>(head.data);
+    for (size_t off = 0; p && off < head.nbytes(); off += 4096) sink = sink + p[off];
+    print_converted(dir, *model, "", "packed for the CPU kernels", t0);
+    return model;
+  }
   if (model->source) {  // GGUF: block types were converted at load, the rest stays mapped
-    const ModelSpec& s = model->spec;
-    std::fprintf(stderr,
-                 "loaded %s: %s (GGUF), %lld layers, hidden %lld, vocab %lld, %.2f GB converted "
-                 "at load in %.1f s\n",
-                 dir.c_str(), s.arch.c_str(), (long long)s.layers, (long long)s.hidden,
-                 (long long)s.vocab, double(model->owned_bytes) / 1e9, now_seconds() - t0);
+    print_converted(dir, *model, " (GGUF)", "converted at load", t0);
     return model;
   }
   const auto names = ckpt.names();

@@ -37,8 +37,11 @@ void add_mmproj_option(CLI::App* cmd, std::string& value);
 // Error naming the flag when a given --mmproj is not a file; the file itself
 // is read when the tower loads (VisionTower::load).
 void check_mmproj(const std::string& value);
-// The LoadOptions of a --quantize value ("" = none); Error on anything else.
-LoadOptions quantize_options(const std::string& value);
+// The LoadOptions of a --quantize value ("" = none; Error on anything else)
+// for a model that runs on `device`: on the CPU, dense BF16 layer matrices
+// are packed for the outer-product kernels where cpu::packed_weights_preferred()
+// and TANDEM_CPU_REPACK is not 0 (docs/cli.md).
+LoadOptions load_options(const std::string& quantize, const DeviceChoice& device);
 
 // One sequence of up to `capacity` positions on `device`: its KV pool (block
 // ids only on a GPU, rows of resolve_kv_dtype(kv_cache_dtype)) and the

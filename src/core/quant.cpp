@@ -111,6 +111,11 @@ void affine_quantize_row(const float* w, int64_t cols, int bits, int group_size,
 }
 
 void dequantize_row(const WeightMatrix& w, int64_t r, float* dst) {
+  if (w.format == WeightFormat::PackedBf16) {
+    const auto* p = static_cast<const uint16_t*>(w.data);
+    for (int64_t c = 0; c < w.cols; ++c) dst[c] = bf16_to_f32(p[packed_bf16_index(w.cols, r, c)]);
+    return;
+  }
   if (w.format == WeightFormat::Dense) {
     convert_to_f32(static_cast<const uint8_t*>(w.data) + size_t(r) * w.row_bytes(), w.dtype, w.cols,
                    dst);

@@ -43,8 +43,8 @@ inline uint32_t affine_code(const uint32_t* row, int bits, int64_t i) {
   return (row[i / per_word] >> (bits * (i % per_word))) & ((1u << bits) - 1u);
 }
 
-// Row r of any WeightMatrix as f32 (dense: converted; Affine: scale·q + bias
-// in f32). Used for embedding lookups and by the reference kernels.
+// Row r of any WeightMatrix as f32 (dense: converted; PackedBf16: gathered;
+// Affine: scale·q + bias in f32). Used for embedding lookups and by the reference kernels.
 void dequantize_row(const WeightMatrix& w, int64_t r, float* dst);
 
 // Checks that an Affine matrix is one the kernels take (bits 4 or 8, group

@@ -28,11 +28,17 @@ struct TensorView {
 // How a WeightMatrix stores its values. Every kernel entry point dispatches on
 // it, so a model never knows whether its weights are dense or quantized.
 enum class WeightFormat : uint8_t {
-  Dense,   // rows x cols elements of `dtype` (F32, F16 or BF16), row-major
-  Affine,  // MLX affine quantization ("mode": "affine"): unsigned `bits`-bit codes
-           // (4 or 8) packed little-end first into uint32 words, [rows, cols·bits/32];
-           // per group of `group_size` consecutive values of a row a scale and a bias
-           // in `dtype` ([rows, cols/group_size] each): w = scale · q + bias.
+  Dense,       // rows x cols elements of `dtype` (F32, F16 or BF16), row-major
+  Affine,      // MLX affine quantization ("mode": "affine"): unsigned `bits`-bit codes
+               // (4 or 8) packed little-end first into uint32 words, [rows, cols·bits/32];
+               // per group of `group_size` consecutive values of a row a scale and a bias
+               // in `dtype` ([rows, cols/group_size] each): w = scale · q + bias.
+  PackedBf16,  // BF16 in blocks of 16 rows, for the CPU's outer-product kernels
+               // (kernels_packed_avx512.cpp): the rows are padded with zeros to a
+               // multiple of 16 and cols is even; element (r, c) is at
+               // ((r / 16) · cols + (c & ~1)) · 16 + (r % 16) · 2 + (c & 1), so one
+               // 64-byte vector holds a column pair of 16 consecutive rows.
+               // Made at load by pack_bf16_rows16 (backend/cpu/kernels.h).
   // Further kinds (GGUF Q4_0, Q8_0, Q4_K, Q6_K: self-contained blocks along each
   // row at `data`, no separate scales) join here.
 };
@@ -50,20 +56,29 @@ struct WeightMatrix {
   const void* scales = nullptr;  // Affine: [rows, cols / group_size] of dtype
   const void* biases = nullptr;  // Affine: [rows, cols / group_size] of dtype
 
-  bool quantized() const { return format != WeightFormat::Dense; }
+  bool quantized() const { return format == WeightFormat::Affine; }
+  // Rows as stored: PackedBf16 pads them to a multiple of 16.
+  int64_t stored_rows() const {
+    return format == WeightFormat::PackedBf16 ? (rows + 15) / 16 * 16 : rows;
+  }
   int64_t groups() const { return group_size > 0 ? cols / group_size : 0; }  // per row
-  // Bytes of `data` per row.
+  // Bytes of `data` per stored row.
   size_t row_bytes() const {
     return format == WeightFormat::Affine ? size_t(cols) * size_t(bits) / 8
                                           : size_t(cols) * dtype_size(dtype);
   }
   // Bytes one full pass reads: data, plus scales and biases.
   size_t nbytes() const {
-    size_t n = row_bytes() * size_t(rows);
+    size_t n = row_bytes() * size_t(stored_rows());
     if (format == WeightFormat::Affine) n += 2 * size_t(rows * groups()) * dtype_size(dtype);
     return n;
   }
 };
+
+// Index of element (r, c) in a PackedBf16 matrix of `cols` columns.
+inline size_t packed_bf16_index(int64_t cols, int64_t r, int64_t c) {
+  return size_t(((r / 16) * cols + (c & ~int64_t(1))) * 16 + (r % 16) * 2 + (c & 1));
+}
 
 // Reads element i of a F32/F16/BF16 view as float.
 float load_as_f32(const void* data, DType dtype, int64_t i);

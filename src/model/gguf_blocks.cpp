@@ -94,7 +94,7 @@ void q6_k_block(const uint8_t* b, float* y) {
 }
 
 uint8_t* allocate(size_t bytes, OwnedBuffers& owned, uint64_t& owned_bytes) {
-  owned.push_back(std::make_unique<uint8_t[]>(bytes));
+  owned.push_back(allocate_owned(bytes));
   owned_bytes += bytes;
   return owned.back().get();
 }

@@ -281,7 +281,7 @@ class GgufWeights {
 
  private:
   uint8_t* allocate(size_t bytes) {
-    m_.owned.push_back(std::make_unique<uint8_t[]>(bytes));
+    m_.owned.push_back(allocate_owned(bytes));
     m_.owned_bytes += bytes;
     return m_.owned.back().get();
   }

@@ -48,6 +48,11 @@ class WeightReader {
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
     return matrices_.load(name, rows, cols);
   }
+  // The same for a matrix only ever multiplied by (never a lookup table):
+  // packed for the CPU where the options ask.
+  WeightMatrix linear(const std::string& name, int64_t rows, int64_t cols) const {
+    return matrices_.load(name, rows, cols, /*packable=*/true);
+  }
 
   // A norm weight in f32, with Gemma's +1 folded in.
   Vec norm(const std::string& name, int64_t dim) const {
@@ -79,12 +84,12 @@ LayerWeights read_layer(const WeightReader& r, const ModelSpec& s, int64_t i) {
   const bool own_kv = ls.kv_source == i;  // KV-shared layers have no k/v projections
   LayerWeights l;
   l.attn_in_norm = r.norm(p + "input_layernorm.weight", D);
-  l.q = r.matrix(p + "self_attn.q_proj.weight", Q, D);
+  l.q = r.linear(p + "self_attn.q_proj.weight", Q, D);
   if (own_kv) {
-    l.k = r.matrix(p + "self_attn.k_proj.weight", KV, D);
-    if (!ls.k_eq_v) l.v = r.matrix(p + "self_attn.v_proj.weight", KV, D);
+    l.k = r.linear(p + "self_attn.k_proj.weight", KV, D);
+    if (!ls.k_eq_v) l.v = r.linear(p + "self_attn.v_proj.weight", KV, D);
   }
-  l.o = r.matrix(p + "self_attn.o_proj.weight", D, Q);
+  l.o = r.linear(p + "self_attn.o_proj.weight", D, Q);
   if (s.qkv_bias) {
     l.q_bias = r.vec(p + "self_attn.q_proj.bias", Q);
     if (own_kv) {
@@ -104,17 +109,17 @@ LayerWeights read_layer(const WeightReader& r, const ModelSpec& s, int64_t i) {
   } else {
     l.mlp_in_norm = r.norm(p + "post_attention_layernorm.weight", D);
   }
-  l.gate = r.matrix(p + "mlp.gate_proj.weight", F, D);
-  l.up = r.matrix(p + "mlp.up_proj.weight", F, D);
-  l.down = r.matrix(p + "mlp.down_proj.weight", D, F);
+  l.gate = r.linear(p + "mlp.gate_proj.weight", F, D);
+  l.up = r.linear(p + "mlp.up_proj.weight", F, D);
+  l.down = r.linear(p + "mlp.down_proj.weight", D, F);
   if (s.mlp_bias) {
     l.gate_bias = r.vec(p + "mlp.gate_proj.bias", F);
     l.up_bias = r.vec(p + "mlp.up_proj.bias", F);
     l.down_bias = r.vec(p + "mlp.down_proj.bias", D);
   }
   if (s.ple_dim > 0) {
-    l.ple_gate = r.matrix(p + "per_layer_input_gate.weight", s.ple_dim, D);
-    l.ple_proj = r.matrix(p + "per_layer_projection.weight", D, s.ple_dim);
+    l.ple_gate = r.linear(p + "per_layer_input_gate.weight", s.ple_dim, D);
+    l.ple_proj = r.linear(p + "per_layer_projection.weight", D, s.ple_dim);
     l.ple_out_norm = r.norm(p + "post_per_layer_input_norm.weight", D);
   }
   if (s.layer_scalars) l.scalar = r.vec(p + "layer_scalar", 1)[0];
@@ -141,6 +146,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   const ModelSpec& s = model->spec;
   MatrixLoader matrices(model->checkpoint, read_quant_config(dir), options.quantize_bits,
                         options.quantize_group_size, model->owned, model->owned_bytes);
+  matrices.set_pack_for_cpu(options.pack_for_cpu);
   WeightReader r(model->checkpoint, s, matrices);
   Weights& w = model->weights;
   w.embed = r.matrix(r.prefix() + "embed_tokens.weight", s.vocab, s.hidden);
@@ -154,7 +160,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
         r.matrix(r.prefix() + "embed_tokens_per_layer.weight", s.ple_vocab, s.layers * s.ple_dim);
     w.ple_embed_scale = round_to_dtype(std::sqrt(float(s.ple_dim)), w.ple_embed.dtype);
     w.ple_model_proj =
-        r.matrix(r.prefix() + "per_layer_model_projection.weight", s.layers * s.ple_dim, s.hidden);
+        r.linear(r.prefix() + "per_layer_model_projection.weight", s.layers * s.ple_dim, s.hidden);
     // per_layer_projection_norm is an RMSNorm of the model's own style.
     w.ple_proj_norm = r.norm(r.prefix() + "per_layer_projection_norm.weight", s.ple_dim);
   }

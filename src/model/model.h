@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/owned_buffer.h"
 #include "core/tensor.h"
 #include "model/safetensors.h"
 
@@ -173,7 +174,7 @@ struct Model {
   // Buffers of weights converted at load (FP8 dequantized to bf16, weights
   // quantized by LoadOptions::quantize_bits); the other weights view the
   // checkpoint's mappings.
-  std::vector<std::unique_ptr<uint8_t[]>> owned;
+  OwnedBuffers owned;
   uint64_t owned_bytes = 0;
   // Other mappings the weights view: always a GgufFile (model/gguf_model.h)
   // when set; null for safetensors checkpoints.
@@ -190,6 +191,11 @@ struct LoadOptions {
   // `quantize_bits` (--quantize q4|q8); already quantized ones are kept.
   int quantize_bits = 0;
   int quantize_group_size = 64;
+  // Pack the layers' dense BF16 matrices for the CPU's outer-product kernels
+  // (WeightFormat::PackedBf16; cpu::packed_weights_preferred() says where
+  // they are faster). Embeddings and the head stay as stored. Only for a
+  // model that runs on the CPU: the CUDA upload takes row-major weights.
+  bool pack_for_cpu = false;
 };
 
 // Loads config + weights of a checkpoint folder (or a GGUF file, or a folder

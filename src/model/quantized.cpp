@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "core/quant.h"
 
@@ -143,7 +144,7 @@ MatrixLoader::MatrixLoader(const Checkpoint& ckpt, QuantConfig config, int quant
 }
 
 uint8_t* MatrixLoader::allocate(size_t bytes) {
-  owned_.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[bytes]));
+  owned_.push_back(allocate_owned(bytes));
   owned_bytes_ += bytes;
   return owned_.back().get();
 }
@@ -269,7 +270,8 @@ WeightMatrix MatrixLoader::fp8(const std::string& name, const std::string& modul
   return WeightMatrix{DType::BF16, dst, rows, cols};
 }
 
-WeightMatrix MatrixLoader::load(const std::string& name, int64_t rows, int64_t cols) {
+WeightMatrix MatrixLoader::load(const std::string& name, int64_t rows, int64_t cols,
+                                bool packable) {
   const std::string module = module_of(name);
   WeightMatrix w;
   bool mapped = false;  // dense, viewing the checkpoint
@@ -289,7 +291,12 @@ WeightMatrix MatrixLoader::load(const std::string& name, int64_t rows, int64_t c
           name.c_str(), ckpt_.file_of(name).c_str(), std::string(dtype_name(t.dtype)).c_str());
     }
   }
-  if (quantize_bits_ == 0 || w.quantized() || cols % group_size_ != 0) return w;
+  if (quantize_bits_ == 0 || w.quantized() || cols % group_size_ != 0) {
+    if (pack_ && packable && w.format == WeightFormat::Dense && w.dtype == DType::BF16 &&
+        cols % 2 == 0)
+      return pack(w, mapped);
+    return w;
+  }
   // On-load quantization: scales in the weight's own dtype (bf16 for FP8).
   const size_t before = owned_.size();
   WeightMatrix q =
@@ -302,6 +309,24 @@ WeightMatrix MatrixLoader::load(const std::string& name, int64_t rows, int64_t c
     owned_.erase(owned_.begin() + ptrdiff_t(before) - 1);
   }
   return q;
+}
+
+WeightMatrix MatrixLoader::pack(const WeightMatrix& dense, bool mapped) {
+  const size_t before = owned_.size();
+  WeightMatrix p = cpu::packed_bf16_view(dense, nullptr);
+  p.data = allocate(p.nbytes());
+  const int64_t blocks = p.stored_rows() / 16;
+  parallel_rows(blocks, [&](int64_t b0, int64_t b1) {
+    cpu::pack_bf16_rows16(dense, const_cast<void*>(p.data), b0, b1);
+  });
+  if (mapped) {
+    release_pages(dense.data, dense.nbytes());
+  } else {
+    // The bf16 copy of an FP8 weight is no longer needed.
+    owned_bytes_ -= dense.nbytes();
+    owned_.erase(owned_.begin() + ptrdiff_t(before) - 1);
+  }
+  return p;
 }
 
 WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, DType scale_dtype,
@@ -319,7 +344,7 @@ WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, 
   check_affine(w, "quantize");
   const size_t code_bytes = w.row_bytes() * size_t(w.rows);
   const size_t scale_bytes = size_t(w.rows * w.groups()) * dtype_size(scale_dtype);
-  owned.push_back(std::unique_ptr<uint8_t[]>(new uint8_t[code_bytes + 2 * scale_bytes]));
+  owned.push_back(allocate_owned(code_bytes + 2 * scale_bytes));
   uint8_t* base = owned.back().get();
   if (owned_bytes) *owned_bytes += code_bytes + 2 * scale_bytes;
   w.data = base;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/owned_buffer.h"
 #include "core/tensor.h"
 #include "model/safetensors.h"
 
@@ -52,8 +53,6 @@ struct QuantConfig {
 QuantConfig parse_quant_config(const nlohmann::json& config, const std::string& source);
 QuantConfig read_quant_config(const std::string& dir);
 
-using OwnedBuffers = std::vector<std::unique_ptr<uint8_t[]>>;
-
 // Reads matrices of one checkpoint, converting as asked.
 class MatrixLoader {
  public:
@@ -63,9 +62,14 @@ class MatrixLoader {
   MatrixLoader(const Checkpoint& ckpt, QuantConfig config, int quantize_bits, int group_size,
                OwnedBuffers& owned, uint64_t& owned_bytes);
 
+  // pack: dense BF16 matrices loaded with `packable` are packed for the CPU
+  // (LoadOptions::pack_for_cpu) into new buffers.
+  void set_pack_for_cpu(bool pack) { pack_ = pack; }
+
   // The matrix stored as `name` (".weight" ending; for an MLX-quantized module
   // the codes, with ".scales"/".biases" beside), of logical shape [rows, cols].
-  WeightMatrix load(const std::string& name, int64_t rows, int64_t cols);
+  // packable: only ever a matmul's weight (not an embedding table).
+  WeightMatrix load(const std::string& name, int64_t rows, int64_t cols, bool packable = false);
 
   const QuantConfig& config() const { return config_; }
 
@@ -74,11 +78,13 @@ class MatrixLoader {
                       int64_t cols);
   WeightMatrix fp8(const std::string& name, const std::string& module, int64_t rows, int64_t cols);
   uint8_t* allocate(size_t bytes);
+  WeightMatrix pack(const WeightMatrix& dense, bool mapped);
 
   const Checkpoint& ckpt_;
   QuantConfig config_;
   int quantize_bits_;
   int group_size_;
+  bool pack_ = false;
   OwnedBuffers& owned_;
   uint64_t& owned_bytes_;
 };

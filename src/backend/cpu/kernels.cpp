@@ -246,6 +246,30 @@ bool bf16_dot_products() {
   return hw && current_isa() == kAvx512 && g_bf16_dot_allowed.load(std::memory_order_relaxed);
 }
 
+bool packed_weights_preferred() {
+  static const bool hw = hardware_bf16();
+  return hw && default_isa() == kAvx512;
+}
+
+WeightMatrix packed_bf16_view(const WeightMatrix& dense, const void* dst) {
+  if (dense.format != WeightFormat::Dense || dense.dtype != DType::BF16 || dense.cols % 2 != 0)
+    fail("pack_bf16_rows16: a %lld x %lld %s matrix cannot be packed (dense BF16, even cols)",
+         (long long)dense.rows, (long long)dense.cols,
+         std::string(dtype_name(dense.dtype)).c_str());
+  WeightMatrix p = dense;
+  p.format = WeightFormat::PackedBf16;
+  p.data = dst;
+  return p;
+}
+
+void pack_bf16_rows16(const WeightMatrix& dense, void* dst, int64_t b0, int64_t b1) {
+  const WeightMatrix p = packed_bf16_view(dense, dst);
+  const detail::PackedKernels& k =
+      packed_weights_preferred() ? detail::kAvx512PackedKernels : detail::kScalarPackedKernels;
+  k.pack(static_cast<const uint16_t*>(dense.data), p.rows, p.cols, static_cast<uint16_t*>(dst), b0,
+         b1);
+}
+
 int64_t gemm_min_rows() {
   return detail::kStreamMaxN + 1;
 }
@@ -268,15 +292,17 @@ bool set_isa_for_testing(std::string_view isa) {
 namespace {
 
 // Runs gemm(t0, tn, r0, r1) — activation rows [t0, t0 + tn) against output
-// rows [r0, r1) — over the pool: split over output rows when there are
-// enough of them (W is read once in total), else over activation rows.
+// rows [r0, r1) — over the pool: split over output rows in groups of
+// row_group when there are enough of them (W is read once in total), else
+// over activation rows.
 template <class Gemm>
-void split_gemm(ThreadPool& pool, int64_t n, int64_t rows, int64_t cols, Gemm&& gemm) {
-  const int64_t row_groups = (rows + kRowGroup - 1) / kRowGroup;
+void split_gemm(ThreadPool& pool, int64_t n, int64_t rows, int64_t cols, Gemm&& gemm,
+                int64_t row_group = kRowGroup) {
+  const int64_t row_groups = (rows + row_group - 1) / row_group;
   if (row_groups >= 2 * int64_t(pool.size())) {
-    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (kRowGroup * cols * n));
+    const int64_t grain = std::max<int64_t>(1, kMinChunkMacs / (row_group * cols * n));
     pool.parallel_for(row_groups, grain, [&](int64_t b, int64_t e) {
-      gemm(0, n, b * kRowGroup, std::min(e * kRowGroup, rows));
+      gemm(0, n, b * row_group, std::min(e * row_group, rows));
     });
   } else {
     const int64_t groups = (n + kTokenGroup - 1) / kTokenGroup;
@@ -288,21 +314,57 @@ void split_gemm(ThreadPool& pool, int64_t n, int64_t rows, int64_t cols, Gemm&& 
   }
 }
 
-// matmul's Bf16 inputs over dense BF16 weights: x rounded once (by the
-// calling thread: n·cols values, against rows times as many products), then
-// the bf16 GEMM, or the f32 kernels on the rounded values.
+// The PackedBf16 kernels in use: AVX-512 where the processor has AVX-512
+// BF16 and that path is on, else the portable loops.
+const detail::PackedKernels& packed_kernels() {
+  static const bool hw = hardware_bf16();
+  return hw && current_isa() == kAvx512 ? detail::kAvx512PackedKernels
+                                        : detail::kScalarPackedKernels;
+}
+
+// Output rows per scheduling unit over packed weights: whole micro-tile
+// panels of the prefill kernels (3 and 2 row vectors of 16; decode's 4 + 2),
+// and still 6 units for a 512-row k/v projection, so both threads stream.
+constexpr int64_t kPackedRowGroup = 96;
+
+void matmul_packed(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w,
+                   const float* bias, float* y) {
+  const detail::PackedKernels& k = packed_kernels();
+  const int64_t rows = w.rows, cols = std::max<int64_t>(w.cols, 1);
+  split_gemm(
+      pool, n, rows, cols,
+      [&](int64_t t0, int64_t tn, int64_t r0, int64_t r1) {
+        k.matmul_f32(x + t0 * w.cols, tn, w, bias, y + t0 * rows, r0, r1);
+      },
+      kPackedRowGroup);
+}
+
+// matmul's Bf16 inputs over BF16 weights (dense or packed): x rounded once
+// (by the calling thread: n·cols values, against rows times as many
+// products), then the bf16 GEMM, or the f32 kernels on the rounded values.
 void matmul_bf16_inputs(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w,
                         const float* bias, float* y) {
   const size_t count = size_t(n * w.cols);
+  const bool packed = w.format == WeightFormat::PackedBf16;
   if (n >= gemm_min_rows() && bf16_dot_products()) {
     thread_local std::vector<uint16_t> rounded;
     if (rounded.size() < count) rounded.resize(count);
     // The workers read this thread's buffer (a thread_local named inside
     // the lambda would be each worker's own).
     const uint16_t* xb = rounded.data();
-    const detail::Bf16Kernels& k = detail::kAvx512Bf16Kernels;
-    k.round(x, int64_t(count), rounded.data());
+    detail::kAvx512Bf16Kernels.round(x, int64_t(count), rounded.data());
     const int64_t rows = w.rows, cols = std::max<int64_t>(w.cols, 1);
+    if (packed) {
+      const detail::PackedKernels& k = packed_kernels();
+      split_gemm(
+          pool, n, rows, cols,
+          [&](int64_t t0, int64_t tn, int64_t r0, int64_t r1) {
+            k.matmul_bf16(xb + t0 * w.cols, tn, w, bias, y + t0 * rows, r0, r1);
+          },
+          kPackedRowGroup);
+      return;
+    }
+    const detail::Bf16Kernels& k = detail::kAvx512Bf16Kernels;
     split_gemm(pool, n, rows, cols, [&](int64_t t0, int64_t tn, int64_t r0, int64_t r1) {
       k.gemm(xb + t0 * w.cols, tn, w, bias, y + t0 * rows, r0, r1);
     });
@@ -323,6 +385,11 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
     if (g_quant_reference.load(std::memory_order_relaxed))
       return quant_reference(pool, x, n, w, bias, y);
     return detail::quant_matmul(pool, quant_kernels(), x, n, w, bias, y);
+  }
+  if (w.format == WeightFormat::PackedBf16) {
+    if (n <= 0 || w.rows <= 0) return;
+    if (inputs == MatmulInputs::Bf16) return matmul_bf16_inputs(pool, x, n, w, bias, y);
+    return matmul_packed(pool, x, n, w, bias, y);
   }
   if (w.format != WeightFormat::Dense) fail("matmul: unknown weight format %d", int(w.format));
   if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16)

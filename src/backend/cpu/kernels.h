@@ -39,6 +39,19 @@ int64_t gemm_min_rows();
 // has AVX-512 BF16, the AVX-512 path is in use, and no test turned it off).
 bool bf16_dot_products();
 
+// Weights packed for the outer-product kernels (WeightFormat::PackedBf16):
+// matmul over them is the same function, ~1.3x faster in prefill here
+// (docs/performance.md). Loading packs dense BF16 matrices where
+// packed_weights_preferred(): the processor has AVX-512 BF16 and the AVX-512
+// path is the run-time choice (TANDEM_ISA does not force a narrower one).
+bool packed_weights_preferred();
+// The PackedBf16 view of `dense` (BF16, cols even) stored at `dst`, which
+// must hold packed.nbytes() bytes (rows padded to a multiple of 16).
+WeightMatrix packed_bf16_view(const WeightMatrix& dense, const void* dst);
+// Writes the 16-row blocks [b0, b1) of `dense` packed into `dst` (the
+// buffer of packed_bf16_view); callers split the blocks over threads.
+void pack_bf16_rows16(const WeightMatrix& dense, void* dst, int64_t b0, int64_t b1);
+
 // Single-threaded vector helpers for attention and norms (SIMD-dispatched).
 float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x

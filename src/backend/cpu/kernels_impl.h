@@ -54,6 +54,23 @@ struct Bf16Kernels {
 };
 extern const Bf16Kernels kAvx512Bf16Kernels;  // kernels_avx512bf16.cpp
 
+// Matmuls over WeightFormat::PackedBf16 weights (kernels_packed_avx512bf16.cpp;
+// the portable reference in kernels_packed.cpp). pack: row blocks [b0, b1)
+// of 16 rows of a dense rows x cols BF16 matrix (cols even) into the packed
+// layout at dst (pad rows zero). matmul_f32 / matmul_bf16: stream/gemm's
+// contract (x f32, or x already rounded to bf16 with rows of w.cols values)
+// for output rows [r0, r1), r0 a multiple of 16. Single-threaded.
+struct PackedKernels {
+  void (*pack)(const uint16_t* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t b0,
+               int64_t b1);
+  void (*matmul_f32)(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                     int64_t r0, int64_t r1);
+  void (*matmul_bf16)(const uint16_t* x, int64_t n, const WeightMatrix& w, const float* bias,
+                      float* y, int64_t r0, int64_t r1);
+};
+extern const PackedKernels kScalarPackedKernels;  // kernels_packed.cpp
+extern const PackedKernels kAvx512PackedKernels;  // kernels_packed_avx512bf16.cpp
+
 // The attention's building blocks (kernels.h's attention_scores,
 // attention_values, exp_shifted_sum).
 struct AttentionKernels {

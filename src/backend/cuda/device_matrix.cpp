@@ -135,7 +135,7 @@ DevMatrix upload_matrix(const std::vector<const WeightMatrix*>& parts, size_t& t
   for (const WeightMatrix* w : parts) {
     if (!w->data || w->rows == 0) continue;
     const size_t row_bytes = size_t(w->cols) * elem;
-    if (!w->quantized() && w->dtype == m.dtype) {
+    if (w->format == WeightFormat::Dense && w->dtype == m.dtype) {
       CUDA_CHECK(cudaMemcpy(dst, w->data, size_t(w->rows) * row_bytes, cudaMemcpyHostToDevice));
       dst += size_t(w->rows) * row_bytes;
       continue;
@@ -145,7 +145,7 @@ DevMatrix upload_matrix(const std::vector<const WeightMatrix*>& parts, size_t& t
       const int64_t rows = std::min(chunk, w->rows - r0);
       part.resize(size_t(rows) * row_bytes);
       for (int64_t r = 0; r < rows; ++r) {
-        if (w->quantized())
+        if (w->format != WeightFormat::Dense)  // quantized, or packed for the CPU
           dequantize_row(*w, r0 + r, row.data());
         else
           convert_to_f32(static_cast<const uint8_t*>(w->data) +
