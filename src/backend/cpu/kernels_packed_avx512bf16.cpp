@@ -28,11 +28,10 @@ constexpr int kT = 8;
 // Row vectors per micro-tile: bf16 inputs 8 x 3 accumulators (+3 weight
 // vectors, a broadcast); f32 inputs 8 x 2 (each weight vector widens into
 // its even and odd columns, so twice the registers and FMAs per vector).
-// Decode steps of 1-2 tokens stream one row vector at a time
-// (micro_f32_stream).
+// Decode steps of 1-2 tokens: kStreams row vectors far apart (packed_decode).
 constexpr int kRvBf16 = 3;
 constexpr int kRvF32 = 2;
-constexpr int kRvDecode = 1;
+constexpr int kStreams = 4;
 
 inline int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -45,34 +44,36 @@ inline __mmask16 lanes(int64_t n) {
 
 struct Tile {
   const uint16_t* w;  // row vector 0 of the panel at the block's first column pair
-  int64_t vstride;    // elements between row vectors (16 · cols)
+  int64_t vstride;    // elements between row vectors (16 · cols when adjacent)
   const void* x;      // token 0 at the block's first column (float or bf16 bits)
   int64_t ldx;        // elements between tokens
   int64_t pairs;      // column pairs in the block
-  float* y;           // y[t · ldy + 16 · v + i]
+  float* y;           // y[t · ldy + ystride · v + i]
   int64_t ldy;
-  const float* bias;  // of the panel's row 0, or null
-  int64_t valid;      // rows of the panel that exist (the rest are padding)
-  bool first;         // the first k block: start from the bias, else from y
+  int64_t ystride = 16;  // outputs (and biases) between row vectors
+  const float* bias;     // of the panel's row 0, or null
+  int64_t valid;         // rows from the panel's row 0 that exist (the rest are padding)
+  bool first;            // the first k block: start from the bias, else from y
 };
 
 // The panel's row-vector masks (padding rows excluded), and the
 // accumulators' start: the bias (or zero) in the first k block, else y.
 template <int T, int RV>
 inline void load_acc(const Tile& a, __m512 (&acc)[T][RV], __mmask16 (&m)[RV]) {
-  for (int v = 0; v < RV; ++v) m[v] = lanes(a.valid - 16 * v);
+  for (int v = 0; v < RV; ++v) m[v] = lanes(a.valid - a.ystride * v);
   for (int v = 0; v < RV; ++v) {
-    const __m512 b =
-        a.first && a.bias ? _mm512_maskz_loadu_ps(m[v], a.bias + 16 * v) : _mm512_setzero_ps();
+    const __m512 b = a.first && a.bias ? _mm512_maskz_loadu_ps(m[v], a.bias + a.ystride * v)
+                                       : _mm512_setzero_ps();
     for (int t = 0; t < T; ++t)
-      acc[t][v] = a.first ? b : _mm512_maskz_loadu_ps(m[v], a.y + t * a.ldy + 16 * v);
+      acc[t][v] = a.first ? b : _mm512_maskz_loadu_ps(m[v], a.y + t * a.ldy + a.ystride * v);
   }
 }
 
 template <int T, int RV>
 inline void store_acc(const Tile& a, const __m512 (&acc)[T][RV], const __mmask16 (&m)[RV]) {
   for (int t = 0; t < T; ++t)
-    for (int v = 0; v < RV; ++v) _mm512_mask_storeu_ps(a.y + t * a.ldy + 16 * v, m[v], acc[t][v]);
+    for (int v = 0; v < RV; ++v)
+      _mm512_mask_storeu_ps(a.y + t * a.ldy + a.ystride * v, m[v], acc[t][v]);
 }
 
 // T tokens of bf16 activations against RV row vectors: vdpbf16ps of the
@@ -214,9 +215,37 @@ void packed_matmul(const void* x, int64_t n, const WeightMatrix& w, const float*
   }
 }
 
+// The decode GEMV (1-2 tokens): kStreams row vectors far apart — v, v + h,
+// v + 2h, v + 3h of the band's h · kStreams full ones — so each thread keeps
+// several sequential streams in flight, as the dense GEMV does; the last
+// vectors one at a time.
+void packed_decode(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                   int64_t r0, int64_t r1) {
+  const auto* W = static_cast<const uint16_t*>(w.data);
+  const int64_t cols = w.cols, rows = w.rows;
+  const int64_t h = (r1 - r0) / 16 / kStreams;
+  Tile a;
+  a.vstride = h * 16 * cols;
+  a.ystride = h * 16;
+  a.x = x;
+  a.ldx = cols;
+  a.pairs = cols / 2;
+  a.ldy = rows;
+  a.first = true;
+  for (int64_t i = 0; i < h; ++i) {
+    const int64_t r = r0 + 16 * i;
+    a.w = W + r * cols;
+    a.y = y + r;
+    a.bias = bias ? bias + r : nullptr;
+    a.valid = r1 - r;
+    micro_tokens<false, kStreams>(a, n);
+  }
+  packed_matmul<false, 1>(x, n, w, bias, y, r0 + 16 * kStreams * h, r1);
+}
+
 void matmul_f32(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
                 int64_t r0, int64_t r1) {
-  if (n <= 2) return packed_matmul<false, kRvDecode>(x, n, w, bias, y, r0, r1);
+  if (n <= 2) return packed_decode(x, n, w, bias, y, r0, r1);
   packed_matmul<false, kRvF32>(x, n, w, bias, y, r0, r1);
 }
 
