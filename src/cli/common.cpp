@@ -164,7 +164,27 @@ void print_converted(const std::string& dir, const Model& model, const char* kin
 
 std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOptions& options) {
   const double t0 = now_seconds();
-  auto model = load_model(dir, options);
+  // Converting at load (packing, quantizing) reads every matrix: on a
+  // terminal, a percentage of the checkpoint's bytes as they go by.
+  LoadOptions o = options;
+  uint64_t convert_total = 0, converted = 0;
+  int shown = -1;
+  std::error_code ec;
+  if (isatty(STDERR_FILENO) && (o.pack_for_cpu || o.quantize_bits) &&
+      std::filesystem::is_directory(dir, ec))
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().extension() == ".safetensors") convert_total += e.file_size(ec);
+  if (convert_total > 0)
+    o.on_matrix = [&](uint64_t bytes) {
+      converted += bytes;
+      const int pct = int(std::min<uint64_t>(100, converted * 100 / convert_total));
+      if (pct != shown)
+        std::fprintf(stderr, "\rloading %s: %3d%% of %.2f GB", dir.c_str(), pct,
+                     double(convert_total) / 1e9);
+      shown = pct;
+    };
+  auto model = load_model(dir, o);
+  if (shown >= 0) std::fprintf(stderr, "\r\033[K");
   const Checkpoint& ckpt = model->checkpoint;
   if (options.quantize_bits) {
     // Quantizing read every weight it replaced, and the rest were converted;

@@ -147,6 +147,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   MatrixLoader matrices(model->checkpoint, read_quant_config(dir), options.quantize_bits,
                         options.quantize_group_size, model->owned, model->owned_bytes);
   matrices.set_pack_for_cpu(options.pack_for_cpu);
+  matrices.set_progress(options.on_matrix);
   WeightReader r(model->checkpoint, s, matrices);
   Weights& w = model->weights;
   w.embed = r.matrix(r.prefix() + "embed_tokens.weight", s.vocab, s.hidden);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -196,6 +197,9 @@ struct LoadOptions {
   // they are faster). Embeddings and the head stay as stored. Only for a
   // model that runs on the CPU: the CUDA upload takes row-major weights.
   bool pack_for_cpu = false;
+  // Progress: called after each matrix is read (and converted) with the
+  // bytes it takes in the checkpoint.
+  std::function<void(uint64_t bytes)> on_matrix;
 };
 
 // Loads config + weights of a checkpoint folder (or a GGUF file, or a folder

@@ -272,6 +272,13 @@ WeightMatrix MatrixLoader::fp8(const std::string& name, const std::string& modul
 
 WeightMatrix MatrixLoader::load(const std::string& name, int64_t rows, int64_t cols,
                                 bool packable) {
+  WeightMatrix w = convert(name, rows, cols, packable);
+  if (progress_) progress_(ckpt_.has(name) ? ckpt_.get(name).nbytes() : w.nbytes());
+  return w;
+}
+
+WeightMatrix MatrixLoader::convert(const std::string& name, int64_t rows, int64_t cols,
+                                   bool packable) {
   const std::string module = module_of(name);
   WeightMatrix w;
   bool mapped = false;  // dense, viewing the checkpoint

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -65,6 +66,8 @@ class MatrixLoader {
   // pack: dense BF16 matrices loaded with `packable` are packed for the CPU
   // (LoadOptions::pack_for_cpu) into new buffers.
   void set_pack_for_cpu(bool pack) { pack_ = pack; }
+  // Called after each load() with the matrix's bytes in the checkpoint.
+  void set_progress(std::function<void(uint64_t)> fn) { progress_ = std::move(fn); }
 
   // The matrix stored as `name` (".weight" ending; for an MLX-quantized module
   // the codes, with ".scales"/".biases" beside), of logical shape [rows, cols].
@@ -77,6 +80,7 @@ class MatrixLoader {
   WeightMatrix affine(const std::string& name, const std::string& module, int64_t rows,
                       int64_t cols);
   WeightMatrix fp8(const std::string& name, const std::string& module, int64_t rows, int64_t cols);
+  WeightMatrix convert(const std::string& name, int64_t rows, int64_t cols, bool packable);
   uint8_t* allocate(size_t bytes);
   WeightMatrix pack(const WeightMatrix& dense, bool mapped);
 
@@ -85,6 +89,7 @@ class MatrixLoader {
   int quantize_bits_;
   int group_size_;
   bool pack_ = false;
+  std::function<void(uint64_t)> progress_;
   OwnedBuffers& owned_;
   uint64_t& owned_bytes_;
 };
