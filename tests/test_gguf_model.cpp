@@ -160,6 +160,40 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufFixture,
                                            "ministral3-bf16"),
                          [](const auto& info) { return test::fixture_param_name(info.param); });
 
+// BF16 GGUFs loaded for the CPU (LoadOptions::pack_for_cpu): the layers'
+// matrices are packed (llama's and ministral's per-head Q/K permutation
+// first: the permuted copy is dropped once packed), embeddings stay dense,
+// and the logits are the safetensors model's up to the summation order.
+TEST(GgufPacked, Bf16LayersArePackedAndMatchSafetensors) {
+  for (const char* name :
+       {"llama-bf16", "qwen3-bf16", "gemma3_text-bf16", "gemma4_text-bf16", "ministral3-bf16"}) {
+    auto st = load_model(test::fixture_dir(name));
+    test::TempDir tmp;
+    const std::string path = tmp.path() + "/model.gguf";
+    test::write_model_gguf(*st, path, GgmlType::BF16, GgmlType::BF16);
+    LoadOptions o;
+    o.pack_for_cpu = true;
+    auto gg = load_model(path, o);
+    const LayerWeights& l = gg->weights.layers[0];
+    for (const WeightMatrix* w : {&l.q, &l.k, &l.o, &l.gate, &l.up, &l.down})
+      EXPECT_EQ(w->format, WeightFormat::PackedBf16) << name;
+    EXPECT_EQ(gg->weights.embed.format, WeightFormat::Dense) << name;
+    uint64_t packed_bytes = 0;
+    for (const LayerWeights& layer : gg->weights.layers)
+      for (const WeightMatrix* w : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up,
+                                    &layer.down, &layer.ple_gate, &layer.ple_proj})
+        if (w->format == WeightFormat::PackedBf16) packed_bytes += w->nbytes();
+    if (gg->weights.ple_model_proj.format == WeightFormat::PackedBf16)
+      packed_bytes += gg->weights.ple_model_proj.nbytes();
+    EXPECT_EQ(gg->owned_bytes, packed_bytes) << name << ": a converted copy was kept";
+    const auto want = all_logits(*st), got = all_logits(*gg);
+    const double tol = gg->spec.arch == "gemma4_text" ? 1e-4 : 1e-5;
+    const double diff = max_abs_diff(want, got);
+    std::printf("[gguf %s packed] max |Δ| = %.3g of std\n", name, diff / stddev(want));
+    EXPECT_LE(diff, tol * stddev(want)) << name;
+  }
+}
+
 // Q4_K and Q6_K need rows of 256: a synthesized llama with hidden 256. Q4_K
 // matrices go to the affine storage (F32 scales, lossless), the Q6_K head is
 // dequantized to BF16 (the one lossy conversion; the reference takes the same

@@ -481,6 +481,21 @@ TEST(QuantizedModel, Fp8CheckpointDequantizesToBf16) {
     auto mq = load_model(q);
     EXPECT_TRUE(mq->weights.layers[0].q.quantized());
     EXPECT_EQ(mq->weights.layers[0].q.dtype, DType::BF16);  // scales of FP8 sources: bf16
+    // And packed for the CPU: a layer matrix's dequantized bf16 copy is
+    // dropped once packed (the embedding's stays: it is not packed), same
+    // logits up to the summation order.
+    LoadOptions packed;
+    packed.pack_for_cpu = true;
+    auto mp = load_model(fp8, packed);
+    EXPECT_EQ(mp->weights.layers[0].q.format, WeightFormat::PackedBf16);
+    uint64_t expected = m->owned_bytes;
+    for (const LayerWeights& l : mp->weights.layers)
+      for (const WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+        if (w->format == WeightFormat::PackedBf16)
+          expected += w->nbytes() - size_t(w->rows * w->cols) * 2;
+    EXPECT_EQ(mp->owned_bytes, expected);
+    const std::vector<float> want = all_logits(bf16), got = all_logits(fp8, packed);
+    EXPECT_LE(max_abs_diff(want, got), 1e-5 * stddev(want)) << "block " << block;
   }
 }
 

@@ -2,7 +2,7 @@
 
 #include <sys/mman.h>
 
-#include <new>
+#include "core/error.h"
 
 namespace tandem {
 
@@ -24,7 +24,11 @@ OwnedBuffer allocate_owned(size_t bytes) {
   const size_t mapped = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   void* p =
       mmap(nullptr, mapped + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (p == MAP_FAILED)
+    fail(
+        "out of memory: %.2f GB for weights converted at load (packed for the CPU, quantized or "
+        "dequantized); TANDEM_CPU_REPACK=0 keeps BF16 weights mapped from the checkpoint instead",
+        double(bytes) / 1e9);
   // Trim to a 2 MiB-aligned start (the kernel aligns only to 4 KiB).
   auto* base = static_cast<uint8_t*>(p);
   const size_t lead = (kHugePage - reinterpret_cast<uintptr_t>(base) % kHugePage) % kHugePage;

@@ -217,6 +217,25 @@ class GgufWeights {
     return *t;
   }
 
+  // A layer's projection: matrix(), packed for the CPU where the options
+  // ask (LoadOptions::pack_for_cpu) when it ends up dense BF16.
+  WeightMatrix linear(const std::string& name, int64_t rows, int64_t cols, int64_t head_dim = 0) {
+    const size_t before = m_.owned.size();
+    const WeightMatrix w = matrix(name, rows, cols, head_dim);
+    if (!o_.pack_for_cpu || w.format != WeightFormat::Dense || w.dtype != DType::BF16 ||
+        cols % 2 != 0)
+      return w;
+    const bool converted = m_.owned.size() > before;  // permuted or dequantized into a buffer
+    const WeightMatrix p = pack_matrix(w, m_.owned, m_.owned_bytes);
+    if (converted) {
+      m_.owned_bytes -= w.nbytes();
+      m_.owned.erase(m_.owned.begin() + ptrdiff_t(before));
+    } else {
+      release_pages(w.data, w.nbytes());
+    }
+    return p;
+  }
+
   // A [rows, cols] matrix. head_dim > 0 undoes llama.cpp's per-head Q/K
   // permutation (rows are whole, so any type permutes by rows).
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols, int64_t head_dim = 0) {
@@ -301,10 +320,10 @@ LayerWeights read_layer(GgufWeights& r, const ModelSpec& s, int64_t i) {
   const bool own_v = own_kv && !ls.k_eq_v;
   LayerWeights l;
   l.attn_in_norm = r.vec(p + "attn_norm.weight", D);
-  l.q = r.matrix(p + "attn_q.weight", Q, D, permute);
-  if (own_kv) l.k = r.matrix(p + "attn_k.weight", KV, D, permute);
-  if (own_v) l.v = r.matrix(p + "attn_v.weight", KV, D);
-  l.o = r.matrix(p + "attn_output.weight", D, Q);
+  l.q = r.linear(p + "attn_q.weight", Q, D, permute);
+  if (own_kv) l.k = r.linear(p + "attn_k.weight", KV, D, permute);
+  if (own_v) l.v = r.linear(p + "attn_v.weight", KV, D);
+  l.o = r.linear(p + "attn_output.weight", D, Q);
   if (s.qkv_bias) {
     l.q_bias = r.vec(p + "attn_q.bias", Q, permute);
     if (own_kv) l.k_bias = r.vec(p + "attn_k.bias", KV, permute);
@@ -322,17 +341,17 @@ LayerWeights read_layer(GgufWeights& r, const ModelSpec& s, int64_t i) {
   } else {
     l.mlp_in_norm = r.vec(p + "ffn_norm.weight", D);
   }
-  l.gate = r.matrix(p + "ffn_gate.weight", F, D);
-  l.up = r.matrix(p + "ffn_up.weight", F, D);
-  l.down = r.matrix(p + "ffn_down.weight", D, F);
+  l.gate = r.linear(p + "ffn_gate.weight", F, D);
+  l.up = r.linear(p + "ffn_up.weight", F, D);
+  l.down = r.linear(p + "ffn_down.weight", D, F);
   if (s.mlp_bias) {
     l.gate_bias = r.vec(p + "ffn_gate.bias", F);
     l.up_bias = r.vec(p + "ffn_up.bias", F);
     l.down_bias = r.vec(p + "ffn_down.bias", D);
   }
   if (s.ple_dim > 0) {  // Gemma 4 per-layer embeddings
-    l.ple_gate = r.matrix(p + "inp_gate.weight", s.ple_dim, D);
-    l.ple_proj = r.matrix(p + "proj.weight", D, s.ple_dim);
+    l.ple_gate = r.linear(p + "inp_gate.weight", s.ple_dim, D);
+    l.ple_proj = r.linear(p + "proj.weight", D, s.ple_dim);
     l.ple_out_norm = r.vec(p + "post_norm.weight", D);
   }
   // llama.cpp treats the layer scalar as optional (1 when absent).
@@ -473,7 +492,7 @@ std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOption
   if (s.ple_dim > 0) {  // as the safetensors loader: sqrt(P) in the table's dtype
     w.ple_embed = r.matrix("per_layer_token_embd.weight", s.ple_vocab, s.layers * s.ple_dim);
     w.ple_embed_scale = round_to_dtype(std::sqrt(float(s.ple_dim)), w.ple_embed.dtype);
-    w.ple_model_proj = r.matrix("per_layer_model_proj.weight", s.layers * s.ple_dim, s.hidden);
+    w.ple_model_proj = r.linear("per_layer_model_proj.weight", s.layers * s.ple_dim, s.hidden);
     w.ple_proj_norm = r.vec("per_layer_proj_norm.weight", s.ple_dim);
   }
   w.head = s.tied_embeddings ? w.embed : r.matrix("output.weight", s.vocab, s.hidden);

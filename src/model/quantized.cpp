@@ -318,14 +318,21 @@ WeightMatrix MatrixLoader::convert(const std::string& name, int64_t rows, int64_
   return q;
 }
 
-WeightMatrix MatrixLoader::pack(const WeightMatrix& dense, bool mapped) {
-  const size_t before = owned_.size();
+WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_t& owned_bytes) {
   WeightMatrix p = cpu::packed_bf16_view(dense, nullptr);
-  p.data = allocate(p.nbytes());
+  owned.push_back(allocate_owned(p.nbytes()));
+  owned_bytes += p.nbytes();
+  p.data = owned.back().get();
   const int64_t blocks = p.stored_rows() / 16;
   parallel_rows(blocks, [&](int64_t b0, int64_t b1) {
     cpu::pack_bf16_rows16(dense, const_cast<void*>(p.data), b0, b1);
   });
+  return p;
+}
+
+WeightMatrix MatrixLoader::pack(const WeightMatrix& dense, bool mapped) {
+  const size_t before = owned_.size();
+  const WeightMatrix p = pack_matrix(dense, owned_, owned_bytes_);
   if (mapped) {
     release_pages(dense.data, dense.nbytes());
   } else {

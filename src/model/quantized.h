@@ -114,6 +114,11 @@ WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, 
                              OwnedBuffers& owned, uint64_t* owned_bytes = nullptr,
                              bool release_source = false);
 
+// Packs a dense BF16 matrix (cols even) for the CPU's outer-product kernels
+// (WeightFormat::PackedBf16) into a new buffer appended to `owned`; the
+// blocks of 16 rows are split over the hardware threads.
+WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_t& owned_bytes);
+
 // Dequantizes an FP8 e4m3 tensor with its scale_inv (one value, or one per
 // block of block[0] x block[1]) into bf16 at `dst` (rows·cols values).
 // Throws Error naming `name` when the scale's shape fits neither.
