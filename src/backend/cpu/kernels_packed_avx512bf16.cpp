@@ -37,9 +37,9 @@ inline int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
 
-// Lanes [0, n) of a 16-lane mask (n >= 16: all).
+// Lanes [0, n) of a 16-lane mask (n >= 16: all; n <= 0: none).
 inline __mmask16 lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
 struct Tile {
@@ -125,11 +125,11 @@ inline void micro_f32(const Tile& a) {
   store_acc<T, RV>(a, acc, m);
 }
 
-// The decode GEMV (1-2 tokens, f32): one row vector at a time, so each
-// thread reads one sequential stream, with 4 column pairs in flight into
-// separate even and odd accumulators (8 FMA chains a token). Several row
-// vectors at once (streams 64 KiB apart) or one chain of two dependent FMAs
-// a pair read 37-60 GB/s on two cores where the dense kernel reads 55-67.
+// One row vector of 1-2 tokens (f32): the decode GEMV's last vectors of a
+// band (packed_decode), with 4 column pairs in flight into separate even and
+// odd accumulators (8 FMA chains a token). As the whole GEMV, one vector at
+// a time read only 48-59 GB/s on two cores where the dense kernel read 63-77:
+// a single stream a thread keeps too few misses in flight.
 template <int T>
 inline void micro_f32_stream(const Tile& a) {
   constexpr int U = 4;
