@@ -106,7 +106,9 @@ TEST(PackedWeights, PackingKeepsEveryValueAndZeroesThePaddingRows) {
           const uint16_t stored = p.packed[packed_bf16_index(cols, r, c)];
           const uint16_t want = r < rows ? p.dense[size_t(r * cols + c)] : uint16_t(0);
           ASSERT_EQ(stored, want) << rows << "x" << cols << " (" << r << ", " << c << ")";
-          if (r < rows) ASSERT_EQ(row[size_t(c)], bf16_to_f32(want));
+          if (r < rows) {
+            ASSERT_EQ(row[size_t(c)], bf16_to_f32(want));
+          }
         }
       }
     }

@@ -65,8 +65,9 @@ TEST_P(Parity, AllPositionLogitsMatchTransformers) {
       run_tandem("logits " + dir + " --all --gemm-precision f32 --ids " + join_ids(ref["ids"]));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const bool bf16 = ref["dtype"].get<std::string>() == "bf16";
-  if (bf16 && tandem::cpu::packed_weights_preferred())
+  if (bf16 && tandem::cpu::packed_weights_preferred()) {
     EXPECT_NE(r.err.find("packed for the CPU kernels"), std::string::npos) << r.err;
+  }
   json got = json::parse(r.out)["logits"];
   ASSERT_EQ(got.size(), ref["logits"].size());
   ASSERT_EQ(got[0].size(), ref["logits"][0].size());

@@ -247,8 +247,7 @@ bool bf16_dot_products() {
 }
 
 bool packed_weights_preferred() {
-  static const bool hw = hardware_bf16();
-  return hw && default_isa() == kAvx512;
+  return default_isa() >= kAvx2;
 }
 
 WeightMatrix packed_bf16_view(const WeightMatrix& dense, const void* dst) {
@@ -264,8 +263,9 @@ WeightMatrix packed_bf16_view(const WeightMatrix& dense, const void* dst) {
 
 void pack_bf16_rows16(const WeightMatrix& dense, void* dst, int64_t b0, int64_t b1) {
   const WeightMatrix p = packed_bf16_view(dense, dst);
+  static const bool hw = hardware_bf16();
   const detail::PackedKernels& k =
-      packed_weights_preferred() ? detail::kAvx512PackedKernels : detail::kScalarPackedKernels;
+      hw && default_isa() == kAvx512 ? detail::kAvx512PackedKernels : detail::kScalarPackedKernels;
   k.pack(static_cast<const uint16_t*>(dense.data), p.rows, p.cols, static_cast<uint16_t*>(dst), b0,
          b1);
 }
@@ -315,11 +315,17 @@ void split_gemm(ThreadPool& pool, int64_t n, int64_t rows, int64_t cols, Gemm&& 
 }
 
 // The PackedBf16 kernels in use: AVX-512 where the processor has AVX-512
-// BF16 and that path is on, else the portable loops.
+// BF16 and that path is on, AVX2 + FMA (f32 products only) where that is
+// the widest, else the portable loops.
 const detail::PackedKernels& packed_kernels() {
   static const bool hw = hardware_bf16();
-  return hw && current_isa() == kAvx512 ? detail::kAvx512PackedKernels
-                                        : detail::kScalarPackedKernels;
+  switch (current_isa()) {
+    case kAvx512:
+      if (hw) return detail::kAvx512PackedKernels;
+      [[fallthrough]];
+    case kAvx2: return detail::kAvx2PackedKernels;
+    default: return detail::kScalarPackedKernels;
+  }
 }
 
 // Output rows per scheduling unit over packed weights: whole micro-tile

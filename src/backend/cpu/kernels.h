@@ -40,10 +40,10 @@ int64_t gemm_min_rows();
 bool bf16_dot_products();
 
 // Weights packed for the outer-product kernels (WeightFormat::PackedBf16):
-// matmul over them is the same function, ~1.3x faster in prefill here
-// (docs/performance.md). Loading packs dense BF16 matrices where
-// packed_weights_preferred(): the processor has AVX-512 BF16 and the AVX-512
-// path is the run-time choice (TANDEM_ISA does not force a narrower one).
+// matmul over them is the same function, 1.3-1.5x faster in prefill with
+// AVX-512 BF16 and as fast with AVX2 (docs/performance.md). Loading packs
+// dense BF16 matrices where packed_weights_preferred(): the run-time ISA
+// (TANDEM_ISA included) is AVX2 + FMA or wider.
 bool packed_weights_preferred();
 // The PackedBf16 view of `dense` (BF16, cols even) stored at `dst`, which
 // must hold packed.nbytes() bytes (rows padded to a multiple of 16).

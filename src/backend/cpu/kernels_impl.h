@@ -69,6 +69,7 @@ struct PackedKernels {
                       float* y, int64_t r0, int64_t r1);
 };
 extern const PackedKernels kScalarPackedKernels;  // kernels_packed.cpp
+extern const PackedKernels kAvx2PackedKernels;    // kernels_packed_avx2.cpp: matmul_f32 only
 extern const PackedKernels kAvx512PackedKernels;  // kernels_packed_avx512bf16.cpp
 
 // The attention's building blocks (kernels.h's attention_scores,

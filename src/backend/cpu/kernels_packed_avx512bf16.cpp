@@ -127,9 +127,7 @@ inline void micro_f32(const Tile& a) {
 
 // One row vector of 1-2 tokens (f32): the decode GEMV's last vectors of a
 // band (packed_decode), with 4 column pairs in flight into separate even and
-// odd accumulators (8 FMA chains a token). As the whole GEMV, one vector at
-// a time read only 48-59 GB/s on two cores where the dense kernel read 63-77:
-// a single stream a thread keeps too few misses in flight.
+// odd accumulators (8 FMA chains a token).
 template <int T>
 inline void micro_f32_stream(const Tile& a) {
   constexpr int U = 4;
@@ -183,12 +181,16 @@ inline void micro_tile(const Tile& a, int64_t tokens, int64_t vectors) {
   micro_tokens<Bf16, RV>(a, tokens);
 }
 
+void decode_tile(const Tile& a, int64_t tokens);
+void decode_rest(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                 int64_t r0, int64_t r1);
+#include "backend/cpu/packed_driver.inc"
+
 // y[t, r] for t < n, r in [r0, r1) (r0 a multiple of 16): k blocks, then
 // panels of RV row vectors, then token tiles.
 template <bool Bf16, int RV>
 void packed_matmul(const void* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
                    int64_t r0, int64_t r1) {
-  const auto* W = static_cast<const uint16_t*>(w.data);
   const int64_t cols = w.cols, rows = w.rows;
   const size_t x_size = Bf16 ? 2 : 4;
   const int64_t kc_max = n <= kT ? cols : kKc;
@@ -196,15 +198,7 @@ void packed_matmul(const void* x, int64_t n, const WeightMatrix& w, const float*
     const int64_t kc = min64(kc_max, cols - k0);
     for (int64_t r = r0; r < r1; r += 16 * RV) {
       const int64_t vectors = min64(RV, (r1 - r + 15) / 16);
-      Tile a;
-      a.w = W + r * cols + k0 * 16;
-      a.vstride = 16 * cols;
-      a.ldx = cols;
-      a.pairs = kc / 2;
-      a.ldy = rows;
-      a.bias = bias ? bias + r : nullptr;
-      a.valid = min64(r1, rows) - r;
-      a.first = k0 == 0;
+      Tile a = panel_tile(w, r, k0, kc, bias, r1);
       for (int64_t t = 0; t < n; t += kT) {
         a.x = static_cast<const uint8_t*>(x) + (t * cols + k0) * x_size;
         a.y = y + t * rows + r;
@@ -215,32 +209,13 @@ void packed_matmul(const void* x, int64_t n, const WeightMatrix& w, const float*
   }
 }
 
-// The decode GEMV (1-2 tokens): kStreams row vectors far apart — v, v + h,
-// v + 2h, v + 3h of the band's h · kStreams full ones — so each thread keeps
-// several sequential streams in flight, as the dense GEMV does; the last
-// vectors one at a time.
-void packed_decode(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
-                   int64_t r0, int64_t r1) {
-  const auto* W = static_cast<const uint16_t*>(w.data);
-  const int64_t cols = w.cols, rows = w.rows;
-  const int64_t h = (r1 - r0) / 16 / kStreams;
-  Tile a;
-  a.vstride = h * 16 * cols;
-  a.ystride = h * 16;
-  a.x = x;
-  a.ldx = cols;
-  a.pairs = cols / 2;
-  a.ldy = rows;
-  a.first = true;
-  for (int64_t i = 0; i < h; ++i) {
-    const int64_t r = r0 + 16 * i;
-    a.w = W + r * cols;
-    a.y = y + r;
-    a.bias = bias ? bias + r : nullptr;
-    a.valid = r1 - r;
-    micro_tokens<false, kStreams>(a, n);
-  }
-  packed_matmul<false, 1>(x, n, w, bias, y, r0 + 16 * kStreams * h, r1);
+void decode_tile(const Tile& a, int64_t tokens) {
+  micro_tokens<false, kStreams>(a, tokens);
+}
+
+void decode_rest(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
+                 int64_t r0, int64_t r1) {
+  packed_matmul<false, 1>(x, n, w, bias, y, r0, r1);
 }
 
 void matmul_f32(const float* x, int64_t n, const WeightMatrix& w, const float* bias, float* y,
