@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "test_util.h"
 
 using namespace tandem;
 
@@ -77,13 +78,6 @@ TestWeights make_weights(DType dtype, int64_t rows, int64_t cols, std::mt19937& 
     w.full[i] = v;
   }
   return w;
-}
-
-std::vector<float> random_vector(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
 }
 
 // The double-precision reference of x * W^T (without bias), and the
@@ -148,9 +142,9 @@ void check_shapes(ThreadPool& pool, const std::vector<int64_t>& ns,
     for (int64_t rows : rows_list) {
       for (int64_t cols : cols_list) {
         const TestWeights w = make_weights(dtype, rows, cols, rng);
-        const std::vector<float> bias = random_vector(size_t(rows), rng);
+        const std::vector<float> bias = test::random_floats(size_t(rows), rng);
         for (int64_t n : ns) {
-          const std::vector<float> x = random_vector(size_t(n * cols), rng);
+          const std::vector<float> x = test::random_floats(size_t(n * cols), rng);
           const Reference ref = reference(x.data(), n, w);
           for (const std::string& isa : supported_isas()) {
             ASSERT_TRUE(cpu::set_isa_for_testing(isa));
@@ -377,7 +371,7 @@ TEST(Kernels, MatmulDoesNotReadPastItsInputs) {
         std::memcpy(wbuf.as<char>(), ref.view().data, ref.view().nbytes());
         WeightMatrix w = ref.view();
         w.data = wbuf.as<void>();
-        const std::vector<float> xv = random_vector(size_t(n * cols), rng);
+        const std::vector<float> xv = test::random_floats(size_t(n * cols), rng);
         GuardedBuffer xbuf(xv.size() * sizeof(float));
         std::copy(xv.begin(), xv.end(), xbuf.as<float>());
         const Reference want = reference(xv.data(), n, ref);
@@ -419,10 +413,10 @@ TEST(Kernels, MatmulBf16InputsAreTheProductOfTheRoundedInputs) {
     for (int64_t rows : {1, 5, 13, 130})
       for (int64_t cols : {1, 17, 33, 1031, 4100})
         for (int64_t n : {1, 16, 17, 23, 70}) {
-          const std::vector<float> x = random_vector(size_t(n * cols), rng);
+          const std::vector<float> x = test::random_floats(size_t(n * cols), rng);
           for (DType dtype : {DType::BF16, DType::F32, DType::F16}) {
             const TestWeights w = make_weights(dtype, rows, cols, rng);
-            const std::vector<float> bias = random_vector(size_t(rows), rng);
+            const std::vector<float> bias = test::random_floats(size_t(rows), rng);
             const Reference ref = dtype == DType::BF16 ? reference(rounded_to_bf16(x).data(), n, w)
                                                        : reference(x.data(), n, w);
             for (const std::string& isa : supported_isas())
@@ -459,7 +453,7 @@ TEST(Kernels, MatmulBf16InputsDoNotReadPastTheWeights) {
       std::memcpy(wbuf.as<char>(), ref.view().data, ref.view().nbytes());
       WeightMatrix w = ref.view();
       w.data = wbuf.as<void>();
-      const std::vector<float> x = random_vector(size_t(n * cols), rng);
+      const std::vector<float> x = test::random_floats(size_t(n * cols), rng);
       const Reference want = reference(rounded_to_bf16(x).data(), n, ref);
       std::vector<float> y(size_t(n * rows), NAN);
       cpu::matmul(pool, x.data(), n, w, nullptr, y.data(), cpu::MatmulInputs::Bf16);
@@ -477,8 +471,8 @@ TEST(Kernels, DotAndAxpy) {
   for (const std::string& isa : supported_isas()) {
     ASSERT_TRUE(cpu::set_isa_for_testing(isa));
     for (int64_t n = 0; n <= 300; n += (n < 70 ? 1 : 37)) {
-      const std::vector<float> a = random_vector(size_t(n), rng);
-      const std::vector<float> b = random_vector(size_t(n), rng);
+      const std::vector<float> a = test::random_floats(size_t(n), rng);
+      const std::vector<float> b = test::random_floats(size_t(n), rng);
       GuardedBuffer ga(a.size() * 4), gb(b.size() * 4);  // end exactly at the guard page
       std::copy(a.begin(), a.end(), ga.as<float>());
       std::copy(b.begin(), b.end(), gb.as<float>());

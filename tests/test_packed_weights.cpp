@@ -18,8 +18,10 @@
 #include "core/quant.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "test_util.h"
 
 using namespace tandem;
+using tandem::test::random_floats;
 
 namespace {
 
@@ -45,13 +47,6 @@ Packed make_packed(int64_t rows, int64_t cols, std::mt19937& rng) {
   cpu::pack_bf16_rows16(p.dense_view(), p.packed.data(), 0, blocks / 2);
   cpu::pack_bf16_rows16(p.dense_view(), p.packed.data(), blocks / 2, blocks);
   return p;
-}
-
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
 }
 
 struct IsaReset {
@@ -94,7 +89,7 @@ std::vector<std::string> isas() {
 TEST(PackedWeights, PackingKeepsEveryValueAndZeroesThePaddingRows) {
   std::mt19937 rng(31);
   for (int64_t rows : {1, 15, 16, 17, 50})
-    for (int64_t cols : {2, 30, 32, 34, 2050}) {
+    for (int64_t cols : {2, 30, 32, 34, 2048, 2050}) {
       const Packed p = make_packed(rows, cols, rng);
       const WeightMatrix w = p.view();
       ASSERT_EQ(w.stored_rows(), (rows + 15) / 16 * 16);

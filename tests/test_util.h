@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ std::string vision_fixture_dir(const std::string& family);
 // A file's bytes ("" when it cannot be read), and standard base64 (padded).
 std::string file_bytes(const std::string& path);
 std::string base64(const std::string& bytes);
+
+// n floats drawn uniformly from [-1, 1) with rng.
+std::vector<float> random_floats(size_t n, std::mt19937& rng);
 
 // Standard deviation of the values, the largest |a[i] - b[i]|, and the
 // message of the tandem::Error that fn throws ("" when it throws none).

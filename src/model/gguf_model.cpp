@@ -220,19 +220,12 @@ class GgufWeights {
   // A layer's projection: matrix(), packed for the CPU where the options
   // ask (LoadOptions::pack_for_cpu) when it ends up dense BF16.
   WeightMatrix linear(const std::string& name, int64_t rows, int64_t cols, int64_t head_dim = 0) {
-    const size_t before = m_.owned.size();
     const WeightMatrix w = matrix(name, rows, cols, head_dim);
     if (!o_.pack_for_cpu || w.format != WeightFormat::Dense || w.dtype != DType::BF16 ||
         cols % 2 != 0)
       return w;
-    const bool converted = m_.owned.size() > before;  // permuted or dequantized into a buffer
     const WeightMatrix p = pack_matrix(w, m_.owned, m_.owned_bytes);
-    if (converted) {
-      m_.owned_bytes -= w.nbytes();
-      m_.owned.erase(m_.owned.begin() + ptrdiff_t(before));
-    } else {
-      release_pages(w.data, w.nbytes());
-    }
+    drop_source(w, m_.owned, m_.owned_bytes);  // a permuted or dequantized copy, or file pages
     return p;
   }
 

@@ -300,22 +300,28 @@ WeightMatrix MatrixLoader::convert(const std::string& name, int64_t rows, int64_
   }
   if (quantize_bits_ == 0 || w.quantized() || cols % group_size_ != 0) {
     if (pack_ && packable && w.format == WeightFormat::Dense && w.dtype == DType::BF16 &&
-        cols % 2 == 0)
-      return pack(w, mapped);
+        cols % 2 == 0) {
+      const WeightMatrix p = pack_matrix(w, owned_, owned_bytes_);
+      drop_source(w, owned_, owned_bytes_);
+      return p;
+    }
     return w;
   }
   // On-load quantization: scales in the weight's own dtype (bf16 for FP8).
-  const size_t before = owned_.size();
   WeightMatrix q =
       quantize_matrix(w, quantize_bits_, group_size_, w.dtype, owned_, &owned_bytes_, mapped);
-  if (mapped) {
-    release_pages(w.data, w.nbytes());
-  } else {
-    // The bf16 copy of an FP8 weight is no longer needed.
-    owned_bytes_ -= size_t(rows * cols) * 2;
-    owned_.erase(owned_.begin() + ptrdiff_t(before) - 1);
-  }
+  drop_source(w, owned_, owned_bytes_);
   return q;
+}
+
+void drop_source(const WeightMatrix& src, OwnedBuffers& owned, uint64_t& owned_bytes) {
+  for (auto it = owned.begin(); it != owned.end(); ++it)
+    if (it->get() == src.data) {
+      owned_bytes -= src.nbytes();
+      owned.erase(it);
+      return;
+    }
+  release_pages(src.data, src.nbytes());
 }
 
 WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_t& owned_bytes) {
@@ -327,19 +333,6 @@ WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_
   parallel_rows(blocks, [&](int64_t b0, int64_t b1) {
     cpu::pack_bf16_rows16(dense, const_cast<void*>(p.data), b0, b1);
   });
-  return p;
-}
-
-WeightMatrix MatrixLoader::pack(const WeightMatrix& dense, bool mapped) {
-  const size_t before = owned_.size();
-  const WeightMatrix p = pack_matrix(dense, owned_, owned_bytes_);
-  if (mapped) {
-    release_pages(dense.data, dense.nbytes());
-  } else {
-    // The bf16 copy of an FP8 weight is no longer needed.
-    owned_bytes_ -= dense.nbytes();
-    owned_.erase(owned_.begin() + ptrdiff_t(before) - 1);
-  }
   return p;
 }
 

@@ -82,7 +82,6 @@ class MatrixLoader {
   WeightMatrix fp8(const std::string& name, const std::string& module, int64_t rows, int64_t cols);
   WeightMatrix convert(const std::string& name, int64_t rows, int64_t cols, bool packable);
   uint8_t* allocate(size_t bytes);
-  WeightMatrix pack(const WeightMatrix& dense, bool mapped);
 
   const Checkpoint& ckpt_;
   QuantConfig config_;
@@ -118,6 +117,12 @@ WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, 
 // (WeightFormat::PackedBf16) into a new buffer appended to `owned`; the
 // blocks of 16 rows are split over the hardware threads.
 WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_t& owned_bytes);
+
+// Hands back the storage of a matrix that was converted into another: its
+// buffer in `owned` (an FP8 weight's bf16 copy, a GGUF permuted or
+// dequantized one) is freed, else it views a mapped file whose pages are
+// released (release_pages).
+void drop_source(const WeightMatrix& src, OwnedBuffers& owned, uint64_t& owned_bytes);
 
 // Dequantizes an FP8 e4m3 tensor with its scale_inv (one value, or one per
 // block of block[0] x block[1]) into bf16 at `dst` (rows·cols values).

@@ -260,20 +260,17 @@ inline void transpose16(const uint16_t* src, int64_t ld, uint16_t* dst) {
 }
 
 // Row blocks [b0, b1) of a dense rows x cols BF16 matrix (cols even) into
-// the packed layout; a block's rows past `rows` are zeros.
+// the packed layout: whole blocks of whole 32-column chunks by transposes,
+// the rest (a last partial block, a row length not a multiple of 32) by the
+// portable loop.
 void pack(const uint16_t* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t b0, int64_t b1) {
   for (int64_t b = b0; b < b1; ++b) {
-    uint16_t* out = dst + b * 16 * cols;
-    const int64_t r0 = b * 16, live = min64(16, rows - r0);
-    int64_t c = 0;
-    if (live == 16)
-      for (; c + 32 <= cols; c += 32) transpose16(src + r0 * cols + c, cols, out + c * 16);
-    for (; c < cols; c += 2)
-      for (int64_t i = 0; i < 16; ++i) {
-        const bool in = i < live;
-        out[c * 16 + 2 * i] = in ? src[(r0 + i) * cols + c] : 0;
-        out[c * 16 + 2 * i + 1] = in ? src[(r0 + i) * cols + c + 1] : 0;
-      }
+    if (b * 16 + 16 > rows || cols % 32 != 0) {
+      kScalarPackedKernels.pack(src, rows, cols, dst, b, b + 1);
+      continue;
+    }
+    for (int64_t c = 0; c < cols; c += 32)
+      transpose16(src + b * 16 * cols + c, cols, dst + b * 16 * cols + c * 16);
   }
 }
 
