@@ -8,11 +8,15 @@
 // n = 64 (prefill): GFLOP/s (2 * n * rows * cols per call, the copies cycled
 // through as well, so the weights come from memory as in a model's step), for
 // bf16 weights also with bf16 inputs (cpu::MatmulInputs::Bf16). "bf16-packed"
-// is bf16 packed as the CPU loads it where it can (WeightFormat::PackedBf16).
+// is bf16 packed as the CPU loads it where it can (WeightFormat::PackedBf16);
+// "q4" / "q8" are MLX affine codes (group 64, bf16 scales; random codes), and
+// "q4-packed" / "q8-packed" the same packed as the CPU loads them where it
+// can (WeightFormat::PackedAffine). Their GB/s count codes, scales and biases.
 // Figures are the
 // best of --trials timed trials (default 5) within --seconds per measurement.
 //
-//   gemv [--seconds S] [--trials T] [--dtypes bf16,bf16-packed,f32,f16] [--threads 1,2]
+//   gemv [--seconds S] [--trials T] [--dtypes bf16,bf16-packed,f32,f16,q4,q4-packed,q8,q8-packed]
+//        [--threads 1,2]
 //        [--shapes all|small]
 //        [--peak1 GBS --peak2 GBS] [--rotate-mib M] [--n N] [--huge] [--wait-idle S]
 //
@@ -120,40 +124,72 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
 
   for (const std::string& dtype_arg : dtypes) {
-    const bool packed = dtype_arg == "bf16-packed";
+    const bool packed = dtype_arg.size() > 7 && dtype_arg.substr(dtype_arg.size() - 7) == "-packed";
+    const int bits = dtype_arg.rfind("q4", 0) == 0 ? 4 : dtype_arg.rfind("q8", 0) == 0 ? 8 : 0;
     const DType dtype = dtype_arg == "f32"   ? DType::F32
                         : dtype_arg == "f16" ? DType::F16
                                              : DType::BF16;
     for (const BenchShape& shape : kShapes) {
       if (small_only && shape.rows > 10000) continue;
-      const WeightMatrix dense{dtype, nullptr, shape.rows, shape.cols};
-      const size_t bytes = packed ? cpu::packed_bf16_view(dense, nullptr).nbytes() : dense.nbytes();
+      // The matrix as stored, data at `base` (affine: codes, scales, biases
+      // back to back, as packed_affine_view lays them out too).
+      auto layout = [&](uint8_t* base) {
+        WeightMatrix w{dtype, base, shape.rows, shape.cols};
+        if (bits == 0) return packed ? cpu::packed_bf16_view(w, base) : w;
+        w.format = WeightFormat::Affine;
+        w.bits = bits;
+        w.group_size = 64;
+        const size_t codes = size_t(shape.rows * shape.cols * bits / 8);
+        const size_t scales = size_t(shape.rows * (shape.cols / 64)) * 2;
+        w.scales = base ? base + codes : nullptr;
+        w.biases = base ? base + codes + scales : nullptr;
+        return packed ? cpu::packed_affine_view(w, base) : w;
+      };
+      const size_t bytes = layout(nullptr).nbytes();
       const size_t copies = std::max<size_t>(1, (rotate_bytes + bytes - 1) / bytes);
       std::vector<bench::Buffer> weights;
-      std::vector<uint16_t> staging;
+      std::vector<uint8_t> staging;
       for (size_t i = 0; i < copies; ++i) {
         weights.emplace_back(bytes, huge);
+        auto* dst = reinterpret_cast<uint8_t*>(weights.back().data());
+        if (bits > 0) {
+          // Random codes, small bf16 scales and biases, in MLX's layout
+          // (packed from a staging copy for "-packed").
+          WeightMatrix affine = layout(nullptr);
+          affine.format = WeightFormat::Affine;
+          staging.resize(affine.nbytes());
+          uint8_t* base = packed ? staging.data() : dst;
+          uint32_t state = 2654435761u * uint32_t(i + 1);
+          const size_t code_bytes = size_t(shape.rows * shape.cols * bits / 8);
+          for (size_t k = 0; k < code_bytes; ++k) {
+            state = state * 1664525u + 1013904223u;
+            base[k] = uint8_t(state >> 24);
+          }
+          auto* sc = reinterpret_cast<uint16_t*>(base + code_bytes);
+          for (size_t k = 0; k < (affine.nbytes() - code_bytes) / 2; ++k)
+            sc[k] = f32_to_bf16(0.001f * float(k % 7) - 0.003f);
+          affine.data = base;
+          affine.scales = base + code_bytes;
+          affine.biases = base + code_bytes + (affine.nbytes() - code_bytes) / 2;
+          if (packed) {
+            const WeightMatrix p = layout(dst);
+            cpu::pack_affine_rows16(affine, p, 0, p.stored_rows() / 16);
+          }
+          continue;
+        }
         if (!packed) {
           fill_weights(weights.back().data(), dtype, size_t(shape.rows * shape.cols), uint32_t(i));
           continue;
         }
-        staging.resize(size_t(shape.rows * shape.cols));
-        fill_weights(staging.data(), dtype, staging.size(), uint32_t(i));
-        WeightMatrix src = dense;
-        src.data = staging.data();
-        cpu::pack_bf16_rows16(src, weights.back().data(), 0, (shape.rows + 15) / 16);
+        std::vector<uint16_t> dense(size_t(shape.rows * shape.cols));
+        fill_weights(dense.data(), dtype, dense.size(), uint32_t(i));
+        cpu::pack_bf16_rows16(WeightMatrix{dtype, dense.data(), shape.rows, shape.cols},
+                              weights.back().data(), 0, (shape.rows + 15) / 16);
       }
       std::vector<float> x(size_t(prefill_n * shape.cols));
       for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 17) * 0.01f - 0.08f;
       std::vector<float> y(size_t(prefill_n * shape.rows));
-      auto view = [&](size_t i) {
-        WeightMatrix w;
-        w.dtype = dtype;
-        w.rows = shape.rows;
-        w.cols = shape.cols;
-        w.data = weights[i].data();
-        return packed ? cpu::packed_bf16_view(w, w.data) : w;
-      };
+      auto view = [&](size_t i) { return layout(reinterpret_cast<uint8_t*>(weights[i].data())); };
 
       for (int t : thread_counts) {
         ThreadPool pool(t);
@@ -195,7 +231,7 @@ int main(int argc, char** argv) {
         };
         const double gflops = prefill_gflops(cpu::MatmulInputs::F32);
         char bf16_inputs[32] = "-";
-        if (dtype == DType::BF16)
+        if (dtype == DType::BF16 && bits == 0)
           std::snprintf(bf16_inputs, sizeof bf16_inputs, "%.1f",
                         prefill_gflops(cpu::MatmulInputs::Bf16));
 

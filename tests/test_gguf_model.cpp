@@ -194,6 +194,46 @@ TEST(GgufPacked, Bf16LayersArePackedAndMatchSafetensors) {
   }
 }
 
+// Q8_0 / Q4_0 GGUFs loaded for the CPU: where the packed int8 kernels run
+// here the layers' affine copies are packed (PackedAffine) and dropped, and
+// the logits are the unpacked GGUF's up to the order of the f32 additions.
+TEST(GgufPacked, QuantizedLayersArePackedAndMatchUnpacked) {
+  for (const char* name : {"llama-f32", "qwen3-f32", "gemma4_text-f32"})
+    for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+      auto st = load_model(test::fixture_dir(name));
+      test::TempDir tmp;
+      const std::string path = tmp.path() + "/model.gguf";
+      test::write_model_gguf(*st, path, type, type);
+      auto plain = load_model(path);
+      LoadOptions o;
+      o.pack_for_cpu = true;
+      auto gg = load_model(path, o);
+      const std::string what = std::string(name) + " " + ggml_type_name(type);
+      if (cpu::packed_affine_preferred() && st->spec.hidden % 32 == 0) {
+        EXPECT_EQ(gg->weights.layers[0].q.format, WeightFormat::PackedAffine) << what;
+        EXPECT_EQ(gg->weights.layers[0].gate.format, WeightFormat::PackedAffine) << what;
+      }
+      uint64_t expected = plain->owned_bytes;
+      for (const LayerWeights& l : gg->weights.layers)
+        for (const WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+          if (w->format == WeightFormat::PackedAffine) {
+            WeightMatrix mlx = *w;
+            mlx.format = WeightFormat::Affine;
+            expected += w->nbytes() - mlx.nbytes();  // the rows' padding to 16
+          }
+      EXPECT_EQ(gg->owned_bytes, expected) << what << ": a converted copy was kept";
+      // The int8 kernels add the same sums in another order: an activation's
+      // rounding can tip (test_quant_model.cpp's LogitsMatchTheDequantizedModel
+      // says how far that moves these fixtures); the dequantized rows are equal.
+      const auto want = all_logits(*plain), got = all_logits(*gg);
+      const double diff = max_abs_diff(want, got);
+      std::printf("[gguf %s packed] max |Δ| = %.3g of std\n", what.c_str(), diff / stddev(want));
+      EXPECT_LE(diff, 0.25 * stddev(want)) << what;
+      ReferenceGuard exact;
+      EXPECT_EQ(all_logits(*gg), all_logits(*plain)) << what;
+    }
+}
+
 // Q4_K and Q6_K need rows of 256: a synthesized llama with hidden 256. Q4_K
 // matrices go to the affine storage (F32 scales, lossless), the Q6_K head is
 // dequantized to BF16 (the one lossy conversion; the reference takes the same

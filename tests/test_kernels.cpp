@@ -30,15 +30,6 @@ namespace {
 
 // ---- Helpers ------------------------------------------------------------------
 
-// The ISA paths this processor can run.
-std::vector<std::string> supported_isas() {
-  std::vector<std::string> out;
-  for (const char* isa : {"scalar", "avx2", "avx512"})
-    if (cpu::set_isa_for_testing(isa)) out.push_back(isa);
-  cpu::set_isa_for_testing("");
-  return out;
-}
-
 // Restores the run-time ISA choice when a test ends, even on failure.
 struct IsaGuard {
   ~IsaGuard() { cpu::set_isa_for_testing(""); }
@@ -146,7 +137,7 @@ void check_shapes(ThreadPool& pool, const std::vector<int64_t>& ns,
         for (int64_t n : ns) {
           const std::vector<float> x = test::random_floats(size_t(n * cols), rng);
           const Reference ref = reference(x.data(), n, w);
-          for (const std::string& isa : supported_isas()) {
+          for (const std::string& isa : test::supported_isas()) {
             ASSERT_TRUE(cpu::set_isa_for_testing(isa));
             for (bool with_bias : {false, true}) {
               // NaN-filled output: a kernel that skips an element is caught.
@@ -304,7 +295,7 @@ TEST(Kernels, IsaSelection) {
   EXPECT_TRUE(cpu::set_isa_for_testing(""));
   EXPECT_EQ(cpu::active_isa(), def);
   std::printf("ISA paths tested here:");
-  for (const auto& isa : supported_isas()) std::printf(" %s", isa.c_str());
+  for (const auto& isa : test::supported_isas()) std::printf(" %s", isa.c_str());
   std::printf(" (default %s)\n", def.c_str());
 }
 
@@ -328,7 +319,7 @@ TEST(Kernels, MatmulZeroCols) {
   IsaGuard guard;
   ThreadPool pool(2);
   const std::vector<float> bias = {1, 2, 3};
-  for (const std::string& isa : supported_isas()) {
+  for (const std::string& isa : test::supported_isas()) {
     ASSERT_TRUE(cpu::set_isa_for_testing(isa));
     for (int64_t n : {1, 4}) {
       WeightMatrix w;
@@ -375,7 +366,7 @@ TEST(Kernels, MatmulDoesNotReadPastItsInputs) {
         GuardedBuffer xbuf(xv.size() * sizeof(float));
         std::copy(xv.begin(), xv.end(), xbuf.as<float>());
         const Reference want = reference(xv.data(), n, ref);
-        for (const std::string& isa : supported_isas()) {
+        for (const std::string& isa : test::supported_isas()) {
           ASSERT_TRUE(cpu::set_isa_for_testing(isa));
           std::vector<float> y(size_t(n * rows), NAN);
           cpu::matmul(pool, xbuf.as<float>(), n, w, nullptr, y.data());
@@ -419,7 +410,7 @@ TEST(Kernels, MatmulBf16InputsAreTheProductOfTheRoundedInputs) {
             const std::vector<float> bias = test::random_floats(size_t(rows), rng);
             const Reference ref = dtype == DType::BF16 ? reference(rounded_to_bf16(x).data(), n, w)
                                                        : reference(x.data(), n, w);
-            for (const std::string& isa : supported_isas())
+            for (const std::string& isa : test::supported_isas())
               for (bool dot : {true, false}) {
                 ASSERT_TRUE(cpu::set_isa_for_testing(isa));
                 cpu::set_bf16_dot_for_testing(dot);
@@ -468,7 +459,7 @@ TEST(Kernels, MatmulBf16InputsDoNotReadPastTheWeights) {
 TEST(Kernels, DotAndAxpy) {
   IsaGuard guard;
   std::mt19937 rng(11);
-  for (const std::string& isa : supported_isas()) {
+  for (const std::string& isa : test::supported_isas()) {
     ASSERT_TRUE(cpu::set_isa_for_testing(isa));
     for (int64_t n = 0; n <= 300; n += (n < 70 ? 1 : 37)) {
       const std::vector<float> a = test::random_floats(size_t(n), rng);

@@ -4,8 +4,6 @@
 // every tile edge (16-row vectors, 2- and 3-vector panels, 8-token tiles, the
 // 1,024-value k blocks, the 96-row thread split).
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -78,14 +76,6 @@ void expect_product(const Packed& w, const std::vector<float>& x, int64_t n, con
     }
 }
 
-std::vector<std::string> isas() {
-  std::vector<std::string> out;
-  for (const char* isa : {"scalar", "avx2", "avx512"})
-    if (cpu::set_isa_for_testing(isa)) out.push_back(isa);
-  cpu::set_isa_for_testing("");
-  return out;
-}
-
 TEST(PackedWeights, PackingKeepsEveryValueAndZeroesThePaddingRows) {
   std::mt19937 rng(31);
   for (int64_t rows : {1, 15, 16, 17, 50})
@@ -130,7 +120,7 @@ TEST(PackedWeights, MatmulIsTheProductWithTheDenseMatrix) {
         for (int64_t n : {1, 3, 8, 9, 17, 25}) {
           if (rows * cols * n > 4'000'000) continue;  // the scalar reference's time
           const std::vector<float> x = random_floats(size_t(n * cols), rng);
-          for (const std::string& isa : isas())
+          for (const std::string& isa : test::supported_isas())
             for (bool bf16_inputs : {false, true})
               for (bool dot : {true, false}) {
                 if (dot && !bf16_inputs) continue;
@@ -158,20 +148,12 @@ TEST(PackedWeights, MatmulDoesNotReadPastThePackedMatrix) {
   // row vectors, panels and k blocks must stay inside stored_rows x cols.
   std::mt19937 rng(41);
   ThreadPool pool(2);
-  const long page = sysconf(_SC_PAGESIZE);
   for (int64_t rows : {16, 33, 96})
     for (int64_t cols : {2, 66, 1026}) {
       const Packed w = make_packed(rows, cols, rng);
-      const size_t bytes = w.packed.size() * 2;
-      const size_t span = (bytes + size_t(page) - 1) / size_t(page) * size_t(page) + size_t(page);
-      void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      ASSERT_NE(m, MAP_FAILED);
-      auto* base = static_cast<char*>(m);
-      mprotect(base + span - size_t(page), size_t(page), PROT_NONE);
-      char* data = base + span - size_t(page) - bytes;
-      std::memcpy(data, w.packed.data(), bytes);
+      const test::GuardedCopy guarded(w.packed.data(), w.packed.size() * 2);
       WeightMatrix view = w.view();
-      view.data = data;
+      view.data = guarded.data();
       for (int64_t n : {1, 9, 40})
         for (bool bf16_inputs : {false, true}) {
           const std::vector<float> x = random_floats(size_t(n * cols), rng);
@@ -181,7 +163,6 @@ TEST(PackedWeights, MatmulDoesNotReadPastThePackedMatrix) {
           expect_product(w, x, n, nullptr, bf16_inputs, y,
                          "guarded " + std::to_string(rows) + "x" + std::to_string(cols));
         }
-      munmap(m, span);
     }
 }
 

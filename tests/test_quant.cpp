@@ -16,6 +16,7 @@
 #include "core/quant.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "test_util.h"
 
 using namespace tandem;
 
@@ -49,14 +50,6 @@ QuantMatrix quantize(const std::vector<float>& values, int64_t rows, int64_t col
   q.w.scales = q.scales.data();
   q.w.biases = q.biases.data();
   return q;
-}
-
-std::vector<std::string> supported_isas() {
-  std::vector<std::string> out;
-  for (const char* isa : {"scalar", "avx2", "avx512"})
-    if (cpu::set_isa_for_testing(isa)) out.push_back(isa);
-  cpu::set_isa_for_testing("");
-  return out;
 }
 
 struct IsaGuard {
@@ -333,7 +326,7 @@ TEST(QuantKernels, EveryIsaMatchesTheReference) {
     std::vector<double> ref, bound;
     reference(x, c.n, q.w, bias, ref, bound);
     std::vector<float> scalar_y;
-    for (const std::string& isa : supported_isas())
+    for (const std::string& isa : test::supported_isas())
       for (bool vnni : {true, false}) {
         if (isa == "scalar" && !vnni) continue;
         ASSERT_TRUE(cpu::set_isa_for_testing(isa));

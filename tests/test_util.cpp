@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,7 +16,9 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 
+#include "backend/cpu/kernels.h"
 #include "core/error.h"
 
 namespace tandem::test {
@@ -106,6 +110,32 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+}
+
+std::vector<std::string> supported_isas() {
+  std::vector<std::string> out;
+  for (const char* isa : {"scalar", "avx2", "avx512"})
+    if (cpu::set_isa_for_testing(isa)) out.push_back(isa);
+  cpu::set_isa_for_testing("");
+  return out;
+}
+
+GuardedCopy::GuardedCopy(const void* src, size_t bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  span_ = (bytes + page - 1) / page * page + page;
+  map_ = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw std::runtime_error("GuardedCopy: mmap failed");
+  }
+  auto* base = static_cast<char*>(map_);
+  mprotect(base + span_ - page, page, PROT_NONE);
+  data_ = base + span_ - page - bytes;
+  std::memcpy(data_, src, bytes);
+}
+
+GuardedCopy::~GuardedCopy() {
+  if (map_) munmap(map_, span_);
 }
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng) {

@@ -36,6 +36,10 @@ std::string vision_fixture_dir(const std::string& family);
 std::string file_bytes(const std::string& path);
 std::string base64(const std::string& bytes);
 
+// The CPU ISA paths this processor can run (cpu::set_isa_for_testing's
+// names: scalar, avx2, avx512), the run-time choice left as it was.
+std::vector<std::string> supported_isas();
+
 // n floats drawn uniformly from [-1, 1) with rng.
 std::vector<float> random_floats(size_t n, std::mt19937& rng);
 
@@ -44,6 +48,22 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng);
 double stddev(const std::vector<float>& v);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 std::string error_of(const std::function<void()>& fn);
+
+// A copy of `bytes` bytes of src that ends where an inaccessible page
+// begins, so a read past its end faults (kernels' bounds tests).
+class GuardedCopy {
+ public:
+  GuardedCopy(const void* src, size_t bytes);
+  ~GuardedCopy();
+  GuardedCopy(const GuardedCopy&) = delete;
+  GuardedCopy& operator=(const GuardedCopy&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  void* map_ = nullptr;
+  size_t span_ = 0;
+  void* data_ = nullptr;
+};
 
 // A fresh temporary directory, removed with the object.
 class TempDir {

@@ -137,7 +137,7 @@ std::string weight_format_name(const Model& model) {
   for (const WeightMatrix* x : all_matrices(model)) {
     if (!x->data) continue;
     std::string n = std::string(dtype_name(x->dtype));
-    if (x->format == WeightFormat::Affine)
+    if (x->quantized())  // MLX's layout or PackedAffine: the same codes
       n = "affine " + std::to_string(x->bits) + "-bit, group " + std::to_string(x->group_size) +
           ", " + n + " scales";
     if (name.empty())
@@ -201,7 +201,8 @@ std::unique_ptr<Model> load_model_verbose(const std::string& dir, const LoadOpti
     const WeightMatrix& head = model->weights.head;
     volatile uint8_t sink = 0;
     const auto* p = static_cast<const uint8_t*>(head.data);
-    for (size_t off = 0; p && off < head.nbytes(); off += 4096) sink = sink + p[off];
+    const size_t data_bytes = head.row_bytes() * size_t(head.stored_rows());  // not the scales
+    for (size_t off = 0; p && off < data_bytes; off += 4096) sink = sink + p[off];
     print_converted(dir, *model, "", "packed for the CPU kernels", t0);
     return model;
   }

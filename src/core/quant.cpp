@@ -122,15 +122,11 @@ void dequantize_row(const WeightMatrix& w, int64_t r, float* dst) {
     return;
   }
   const int64_t G = w.group_size, groups = w.groups();
-  const auto* row = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w.data) +
-                                                      size_t(r) * w.row_bytes());
-  const size_t sb = dtype_size(w.dtype);
-  const auto* sc = static_cast<const uint8_t*>(w.scales) + size_t(r * groups) * sb;
-  const auto* bi = static_cast<const uint8_t*>(w.biases) + size_t(r * groups) * sb;
   for (int64_t g = 0; g < groups; ++g) {
-    const float s = load_as_f32(sc, w.dtype, g), b = load_as_f32(bi, w.dtype, g);
-    for (int64_t i = g * G; i < (g + 1) * G; ++i)
-      dst[i] = s * float(affine_code(row, w.bits, i)) + b;
+    const size_t k = affine_scale_index(w, r, g);
+    const float s = load_as_f32(w.scales, w.dtype, int64_t(k)),
+                b = load_as_f32(w.biases, w.dtype, int64_t(k));
+    for (int64_t i = g * G; i < (g + 1) * G; ++i) dst[i] = s * float(affine_code_at(w, r, i)) + b;
   }
 }
 

@@ -43,8 +43,27 @@ inline uint32_t affine_code(const uint32_t* row, int bits, int64_t i) {
   return (row[i / per_word] >> (bits * (i % per_word))) & ((1u << bits) - 1u);
 }
 
+// The code of value (r, i) of an Affine or PackedAffine matrix.
+inline uint32_t affine_code_at(const WeightMatrix& w, int64_t r, int64_t i) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  if (w.format == WeightFormat::PackedAffine) {
+    int shift = 0;
+    const size_t at = packed_affine_byte(w.cols, w.bits, r, i, &shift);
+    return (uint32_t(data[at]) >> shift) & ((1u << w.bits) - 1u);
+  }
+  return affine_code(reinterpret_cast<const uint32_t*>(data + size_t(r) * w.row_bytes()), w.bits,
+                     i);
+}
+// Index of the scale (and bias) of row r, group g of an Affine or
+// PackedAffine matrix, in elements of w.scales (w.biases).
+inline size_t affine_scale_index(const WeightMatrix& w, int64_t r, int64_t g) {
+  return w.format == WeightFormat::PackedAffine ? packed_affine_scale_index(w.groups(), r, g)
+                                                : size_t(r * w.groups() + g);
+}
+
 // Row r of any WeightMatrix as f32 (dense: converted; PackedBf16: gathered;
-// Affine: scale·q + bias in f32). Used for embedding lookups and by the reference kernels.
+// Affine, PackedAffine: scale·q + bias in f32). Used for embedding lookups and by the reference
+// kernels.
 void dequantize_row(const WeightMatrix& w, int64_t r, float* dst);
 
 // Checks that an Affine matrix is one the kernels take (bits 4 or 8, group

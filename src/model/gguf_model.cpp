@@ -218,15 +218,10 @@ class GgufWeights {
   }
 
   // A layer's projection: matrix(), packed for the CPU where the options
-  // ask (LoadOptions::pack_for_cpu) when it ends up dense BF16.
+  // ask (LoadOptions::pack_for_cpu) and it has a packed layout (pack_for_cpu).
   WeightMatrix linear(const std::string& name, int64_t rows, int64_t cols, int64_t head_dim = 0) {
     const WeightMatrix w = matrix(name, rows, cols, head_dim);
-    if (!o_.pack_for_cpu || w.format != WeightFormat::Dense || w.dtype != DType::BF16 ||
-        cols % 2 != 0)
-      return w;
-    const WeightMatrix p = pack_matrix(w, m_.owned, m_.owned_bytes);
-    drop_source(w, m_.owned, m_.owned_bytes);  // a permuted or dequantized copy, or file pages
-    return p;
+    return o_.pack_for_cpu ? pack_for_cpu(w, m_.owned, m_.owned_bytes) : w;
   }
 
   // A [rows, cols] matrix. head_dim > 0 undoes llama.cpp's per-head Q/K

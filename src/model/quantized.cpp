@@ -298,30 +298,36 @@ WeightMatrix MatrixLoader::convert(const std::string& name, int64_t rows, int64_
           name.c_str(), ckpt_.file_of(name).c_str(), std::string(dtype_name(t.dtype)).c_str());
     }
   }
-  if (quantize_bits_ == 0 || w.quantized() || cols % group_size_ != 0) {
-    if (pack_ && packable && w.format == WeightFormat::Dense && w.dtype == DType::BF16 &&
-        cols % 2 == 0) {
-      const WeightMatrix p = pack_matrix(w, owned_, owned_bytes_);
-      drop_source(w, owned_, owned_bytes_);
-      return p;
-    }
-    return w;
+  if (quantize_bits_ > 0 && !w.quantized() && cols % group_size_ == 0) {
+    // On-load quantization: scales in the weight's own dtype (bf16 for FP8).
+    const WeightMatrix q =
+        quantize_matrix(w, quantize_bits_, group_size_, w.dtype, owned_, &owned_bytes_, mapped);
+    drop_source(w, owned_, owned_bytes_);
+    w = q;
   }
-  // On-load quantization: scales in the weight's own dtype (bf16 for FP8).
-  WeightMatrix q =
-      quantize_matrix(w, quantize_bits_, group_size_, w.dtype, owned_, &owned_bytes_, mapped);
-  drop_source(w, owned_, owned_bytes_);
-  return q;
+  return pack_ && packable ? pack_for_cpu(w, owned_, owned_bytes_) : w;
 }
 
 void drop_source(const WeightMatrix& src, OwnedBuffers& owned, uint64_t& owned_bytes) {
-  for (auto it = owned.begin(); it != owned.end(); ++it)
-    if (it->get() == src.data) {
-      owned_bytes -= src.nbytes();
-      owned.erase(it);
-      return;
-    }
-  release_pages(src.data, src.nbytes());
+  // Frees the owned buffer that starts at p, else releases the mapped range.
+  auto drop = [&](const void* p, size_t bytes) {
+    for (auto it = owned.begin(); it != owned.end(); ++it)
+      if (it->get() == p) {
+        owned_bytes -= bytes;
+        owned.erase(it);
+        return;
+      }
+    release_pages(p, bytes);
+  };
+  if (!src.quantized()) return drop(src.data, src.nbytes());
+  const size_t codes = src.row_bytes() * size_t(src.stored_rows());
+  const size_t scales = size_t(src.stored_rows() * src.groups()) * dtype_size(src.dtype);
+  const auto* base = static_cast<const uint8_t*>(src.data);
+  if (src.scales == base + codes && src.biases == base + codes + scales)
+    return drop(base, codes + 2 * scales);  // one buffer (quantize_matrix's, a packed copy)
+  drop(src.data, codes);  // separate buffers (GGUF's), or tensors of a mapped checkpoint
+  drop(src.scales, scales);
+  drop(src.biases, scales);
 }
 
 WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_t& owned_bytes) {
@@ -333,6 +339,29 @@ WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_
   parallel_rows(blocks, [&](int64_t b0, int64_t b1) {
     cpu::pack_bf16_rows16(dense, const_cast<void*>(p.data), b0, b1);
   });
+  return p;
+}
+
+WeightMatrix pack_affine_matrix(const WeightMatrix& affine, OwnedBuffers& owned,
+                                uint64_t& owned_bytes) {
+  WeightMatrix p = cpu::packed_affine_view(affine, nullptr);
+  owned.push_back(allocate_owned(p.nbytes()));
+  owned_bytes += p.nbytes();
+  p = cpu::packed_affine_view(affine, owned.back().get());
+  parallel_rows(p.stored_rows() / 16,
+                [&](int64_t b0, int64_t b1) { cpu::pack_affine_rows16(affine, p, b0, b1); });
+  return p;
+}
+
+WeightMatrix pack_for_cpu(const WeightMatrix& w, OwnedBuffers& owned, uint64_t& owned_bytes) {
+  WeightMatrix p;
+  if (w.format == WeightFormat::Dense && w.dtype == DType::BF16 && w.cols % 2 == 0)
+    p = pack_matrix(w, owned, owned_bytes);
+  else if (w.format == WeightFormat::Affine && cpu::packed_affine_preferred())
+    p = pack_affine_matrix(w, owned, owned_bytes);
+  else
+    return w;
+  drop_source(w, owned, owned_bytes);
   return p;
 }
 

@@ -118,6 +118,17 @@ WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, 
 // blocks of 16 rows are split over the hardware threads.
 WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_t& owned_bytes);
 
+// Regroups an Affine matrix for the CPU's int8 outer-product kernels
+// (WeightFormat::PackedAffine) into one new buffer appended to `owned`.
+WeightMatrix pack_affine_matrix(const WeightMatrix& affine, OwnedBuffers& owned,
+                                uint64_t& owned_bytes);
+
+// `w` in the CPU's packed layout where it has one and this processor runs
+// its kernels (dense BF16 with even cols: PackedBf16; Affine where
+// cpu::packed_affine_preferred(): PackedAffine), its source handed back
+// (drop_source); else `w` itself.
+WeightMatrix pack_for_cpu(const WeightMatrix& w, OwnedBuffers& owned, uint64_t& owned_bytes);
+
 // Hands back the storage of a matrix that was converted into another: its
 // buffer in `owned` (an FP8 weight's bf16 copy, a GGUF permuted or
 // dequantized one) is freed, else it views a mapped file whose pages are

@@ -270,6 +270,41 @@ void pack_bf16_rows16(const WeightMatrix& dense, void* dst, int64_t b0, int64_t 
          b1);
 }
 
+namespace {
+
+// Whether the packed affine kernels run here (else kScalarQuant takes them).
+bool packed_affine_vnni() {
+  static const bool hw = hardware_vnni(true);
+  return hw && current_isa() == kAvx512 && g_vnni_allowed.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+bool packed_affine_preferred() {
+  return packed_affine_vnni();
+}
+
+WeightMatrix packed_affine_view(const WeightMatrix& affine, void* dst) {
+  check_affine(affine, "pack_affine_rows16");
+  if (affine.format != WeightFormat::Affine)
+    fail("pack_affine_rows16: a %lld x %lld matrix of format %d is not MLX affine",
+         (long long)affine.rows, (long long)affine.cols, int(affine.format));
+  WeightMatrix p = affine;
+  p.format = WeightFormat::PackedAffine;
+  auto* base = static_cast<uint8_t*>(dst);
+  const size_t codes = p.row_bytes() * size_t(p.stored_rows());
+  const size_t scales = size_t(p.stored_rows() * p.groups()) * dtype_size(p.dtype);
+  p.data = base;
+  p.scales = base ? base + codes : nullptr;
+  p.biases = base ? base + codes + scales : nullptr;
+  return p;
+}
+
+void pack_affine_rows16(const WeightMatrix& affine, const WeightMatrix& packed, int64_t b0,
+                        int64_t b1) {
+  detail::pack_affine_blocks(affine, packed, b0, b1);
+}
+
 int64_t gemm_min_rows() {
   return detail::kStreamMaxN + 1;
 }
@@ -391,6 +426,14 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
     if (g_quant_reference.load(std::memory_order_relaxed))
       return quant_reference(pool, x, n, w, bias, y);
     return detail::quant_matmul(pool, quant_kernels(), x, n, w, bias, y);
+  }
+  if (w.format == WeightFormat::PackedAffine) {
+    check_affine(w, "matmul");
+    if (g_quant_reference.load(std::memory_order_relaxed))
+      return quant_reference(pool, x, n, w, bias, y);
+    return detail::quant_matmul(
+        pool, packed_affine_vnni() ? detail::kAvx512VnniPackedQuant : detail::kScalarQuant, x, n, w,
+        bias, y);
   }
   if (w.format == WeightFormat::PackedBf16) {
     if (n <= 0 || w.rows <= 0) return;

@@ -52,6 +52,22 @@ WeightMatrix packed_bf16_view(const WeightMatrix& dense, const void* dst);
 // buffer of packed_bf16_view); callers split the blocks over threads.
 void pack_bf16_rows16(const WeightMatrix& dense, void* dst, int64_t b0, int64_t b1);
 
+// Affine weights packed for the int8 outer-product kernels
+// (WeightFormat::PackedAffine): matmul over them is the same function, with
+// the same result up to the order of f32 additions (docs/performance.md has
+// the speed). Loading packs affine matrices where packed_affine_preferred():
+// the run-time ISA is AVX-512 on a processor with AVX-512 VNNI (elsewhere the
+// packed matrices would run on the scalar reference).
+bool packed_affine_preferred();
+// The PackedAffine view of `affine` stored at `dst`, which must hold
+// view.nbytes() bytes (64-byte aligned): codes (rows padded to a multiple of
+// 16), then scales, then biases.
+WeightMatrix packed_affine_view(const WeightMatrix& affine, void* dst);
+// Writes the 16-row blocks [b0, b1) of `affine` into `packed` (the matrix of
+// packed_affine_view); callers split the blocks over threads.
+void pack_affine_rows16(const WeightMatrix& affine, const WeightMatrix& packed, int64_t b0,
+                        int64_t b1);
+
 // Single-threaded vector helpers for attention and norms (SIMD-dispatched).
 float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);  // y += a * x

@@ -48,15 +48,13 @@ void scalar_prepare(const float* x, const WeightMatrix& w, uint8_t* out) {
   }
 }
 
+// Over Affine and PackedAffine weights alike (codes and scales found by
+// affine_code_at / affine_scale_index): the packed kernels' reference.
 void scalar_compute(const uint8_t* acts, int64_t n, const WeightMatrix& w, const float* bias,
                     float* y, int64_t r0, int64_t r1) {
   const int64_t cols = w.cols, groups = w.groups(), G = w.group_size;
-  const size_t ab = scalar_act_bytes(w), sb = dtype_size(w.dtype);
+  const size_t ab = scalar_act_bytes(w);
   for (int64_t r = r0; r < r1; ++r) {
-    const auto* row = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w.data) +
-                                                        size_t(r) * w.row_bytes());
-    const auto* sc = static_cast<const uint8_t*>(w.scales) + size_t(r * groups) * sb;
-    const auto* bi = static_cast<const uint8_t*>(w.biases) + size_t(r * groups) * sb;
     for (int64_t t = 0; t < n; ++t) {
       const uint8_t* a = acts + size_t(t) * ab;
       const auto* q = reinterpret_cast<const int8_t*>(a);
@@ -67,11 +65,14 @@ void scalar_compute(const uint8_t* acts, int64_t n, const WeightMatrix& w, const
       for (int64_t b = 0; b < cols / 32; ++b) {
         int32_t isum = 0;
         for (int64_t i = b * 32; i < b * 32 + 32; ++i)
-          isum += int32_t(affine_code(row, w.bits, i)) * int32_t(q[i]);
-        acc += float(isum) * (load_as_f32(sc, w.dtype, b * 32 / G) * d[b]);
+          isum += int32_t(affine_code_at(w, r, i)) * int32_t(q[i]);
+        const float s =
+            load_as_f32(w.scales, w.dtype, int64_t(affine_scale_index(w, r, b * 32 / G)));
+        acc += float(isum) * (s * d[b]);
       }
       float bsum = 0.0f;
-      for (int64_t g = 0; g < groups; ++g) bsum += load_as_f32(bi, w.dtype, g) * xs[g];
+      for (int64_t g = 0; g < groups; ++g)
+        bsum += load_as_f32(w.biases, w.dtype, int64_t(affine_scale_index(w, r, g))) * xs[g];
       y[t * w.rows + r] = acc + bsum + (bias ? bias[r] : 0.0f);
     }
   }
@@ -92,7 +93,50 @@ constexpr int64_t kRowGroup = 16;
 // Activation rows per scheduling unit when the split is over activations.
 constexpr int64_t kTokenGroup = 8;
 
+// MLX word j of a 4-bit row (columns 8j .. 8j + 7, lowest bits first) as
+// PackedAffine's dword: byte b holds column 8j + b low, 8j + b + 4 high.
+uint32_t interleave_nibbles(uint32_t word) {
+  uint32_t out = 0;
+  for (int b = 0; b < 4; ++b)
+    out |= (((word >> (4 * b)) & 0xFu) | ((word >> (4 * b + 16)) & 0xFu) << 4) << (8 * b);
+  return out;
+}
+
 }  // namespace
+
+void pack_affine_blocks(const WeightMatrix& src, const WeightMatrix& dst, int64_t b0, int64_t b1) {
+  const int64_t words = src.cols * src.bits / 32, groups = src.groups();
+  const size_t rb = src.row_bytes(), sb = dtype_size(src.dtype);
+  auto* codes = static_cast<uint8_t*>(const_cast<void*>(dst.data));
+  auto* scales = static_cast<uint8_t*>(const_cast<void*>(dst.scales));
+  auto* biases = static_cast<uint8_t*>(const_cast<void*>(dst.biases));
+  for (int64_t b = b0; b < b1; ++b) {
+    // Vector j of block b: dword j · 16 + i is row 16b + i's word j.
+    auto* block = reinterpret_cast<uint32_t*>(codes + size_t(b) * 16 * rb);
+    for (int64_t i = 0; i < 16; ++i) {
+      const int64_t r = 16 * b + i;
+      const size_t at = size_t(b * groups) * 16 + size_t(i);  // group 0's scale
+      if (r >= src.rows) {  // padding: zero codes, scales and biases
+        for (int64_t j = 0; j < words; ++j) block[j * 16 + i] = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          std::memset(scales + (at + size_t(g) * 16) * sb, 0, sb);
+          std::memset(biases + (at + size_t(g) * 16) * sb, 0, sb);
+        }
+        continue;
+      }
+      const auto* row =
+          reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(src.data) + size_t(r) * rb);
+      for (int64_t j = 0; j < words; ++j)
+        block[j * 16 + i] = src.bits == 8 ? row[j] : interleave_nibbles(row[j]);
+      const auto* sc = static_cast<const uint8_t*>(src.scales) + size_t(r * groups) * sb;
+      const auto* bi = static_cast<const uint8_t*>(src.biases) + size_t(r * groups) * sb;
+      for (int64_t g = 0; g < groups; ++g) {
+        std::memcpy(scales + (at + size_t(g) * 16) * sb, sc + size_t(g) * sb, sb);
+        std::memcpy(biases + (at + size_t(g) * 16) * sb, bi + size_t(g) * sb, sb);
+      }
+    }
+  }
+}
 
 const QuantKernels kScalarQuant = {"scalar", scalar_act_bytes, scalar_prepare, scalar_compute};
 

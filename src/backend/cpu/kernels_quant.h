@@ -49,6 +49,14 @@ extern const QuantKernels kScalarQuant;      // kernels_quant.cpp
 extern const QuantKernels kAvx2Quant;        // kernels_quant_avx2.cpp: vpmaddubsw
 extern const QuantKernels kAvxVnniQuant;     // kernels_quant_avxvnni.cpp: 256-bit vpdpbusd
 extern const QuantKernels kAvx512VnniQuant;  // kernels_quant_avx512vnni.cpp
+// Over WeightFormat::PackedAffine (kScalarQuant takes both formats): compute's
+// r0 must be a multiple of 16. The prepared rows are kScalarQuant's.
+extern const QuantKernels kAvx512VnniPackedQuant;  // kernels_qpacked_avx512vnni.cpp
+
+// Writes the blocks of 16 rows [b0, b1) of the Affine matrix `src` into the
+// PackedAffine matrix `dst` (same shape, bits, group and dtype; its data,
+// scales and biases writable). Portable; the loader splits blocks over threads.
+void pack_affine_blocks(const WeightMatrix& src, const WeightMatrix& dst, int64_t b0, int64_t b1);
 
 // The multithreaded driver: prepares the activations once, then splits the
 // output rows (or, for few rows and many activation rows, the activations)

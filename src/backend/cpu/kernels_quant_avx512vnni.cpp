@@ -346,21 +346,7 @@ void compute_sd(const uint8_t* acts, int64_t n, const WeightMatrix& w, const flo
   }
 }
 
-template <int BITS>
-void compute_bits(const uint8_t* acts, int64_t n, const WeightMatrix& w, const float* bias,
-                  float* y, int64_t r0, int64_t r1) {
-  switch (w.dtype) {
-    case DType::F32: return compute_sd<BITS, DType::F32>(acts, n, w, bias, y, r0, r1);
-    case DType::F16: return compute_sd<BITS, DType::F16>(acts, n, w, bias, y, r0, r1);
-    default: return compute_sd<BITS, DType::BF16>(acts, n, w, bias, y, r0, r1);
-  }
-}
-
-void compute(const uint8_t* acts, int64_t n, const WeightMatrix& w, const float* bias, float* y,
-             int64_t r0, int64_t r1) {
-  if (w.bits == 4) return compute_bits<4>(acts, n, w, bias, y, r0, r1);
-  return compute_bits<8>(acts, n, w, bias, y, r0, r1);
-}
+#include "backend/cpu/quant_dispatch.inc"
 
 }  // namespace
 
