@@ -19,6 +19,10 @@
 //        [--threads 1,2]
 //        [--shapes all|small]
 //        [--peak1 GBS --peak2 GBS] [--rotate-mib M] [--n N] [--huge] [--wait-idle S]
+//        [--no-vnni]
+//
+// TANDEM_ISA=avx2 (or scalar) narrows the kernels' ISA; --no-vnni keeps the
+// quantized kernels off VNNI (vpmaddubsw), as on processors without it.
 //
 // --wait-idle S (default 60): before each measurement, wait up to S seconds
 // for the machine to be idle (see bench::wait_for_idle); rows measured
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   const double seconds = args.get("--seconds", 1.0);
   const int trials = std::max(1, int(args.get("--trials", 5.0)));
   const bool huge = args.has("--huge");
+  if (args.has("--no-vnni")) cpu::set_vnni_for_testing(false);
   const double wait_idle = args.get("--wait-idle", 60.0);
   const size_t rotate_bytes = size_t(args.get("--rotate-mib", 512.0) * (1 << 20));
   const int64_t prefill_n = int64_t(args.get("--n", 64.0));

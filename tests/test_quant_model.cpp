@@ -167,7 +167,7 @@ TEST_P(QuantizedFixture, LogitsMatchTheDequantizedModel) {
     // 8-bit weights, s_max.
     LoadOptions packed;
     packed.pack_for_cpu = true;
-    if (cpu::packed_affine_preferred()) {
+    if (cpu::packed_affine_preferred(bits)) {
       EXPECT_EQ(load_model(qdir, packed)->weights.layers[0].o.format, WeightFormat::PackedAffine)
           << GetParam();
     }
@@ -212,7 +212,7 @@ TEST(QuantizedModel, OnLoadQuantizationEqualsTandemQuantize) {
     // Quantized, then packed for the CPU: only the packed copy is kept.
     o.pack_for_cpu = true;
     auto packed = load_model(fixture, o);
-    if (cpu::packed_affine_preferred()) {
+    if (cpu::packed_affine_preferred(8)) {
       EXPECT_EQ(packed->weights.layers[0].gate.format, WeightFormat::PackedAffine) << name;
       uint64_t expected = on_load->owned_bytes;
       std::vector<const WeightMatrix*> all{&packed->weights.ple_model_proj};

@@ -357,7 +357,7 @@ WeightMatrix pack_for_cpu(const WeightMatrix& w, OwnedBuffers& owned, uint64_t& 
   WeightMatrix p;
   if (w.format == WeightFormat::Dense && w.dtype == DType::BF16 && w.cols % 2 == 0)
     p = pack_matrix(w, owned, owned_bytes);
-  else if (w.format == WeightFormat::Affine && cpu::packed_affine_preferred())
+  else if (w.format == WeightFormat::Affine && cpu::packed_affine_preferred(w.bits))
     p = pack_affine_matrix(w, owned, owned_bytes);
   else
     return w;

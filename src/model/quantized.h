@@ -125,7 +125,7 @@ WeightMatrix pack_affine_matrix(const WeightMatrix& affine, OwnedBuffers& owned,
 
 // `w` in the CPU's packed layout where it has one and this processor runs
 // its kernels (dense BF16 with even cols: PackedBf16; Affine where
-// cpu::packed_affine_preferred(): PackedAffine), its source handed back
+// cpu::packed_affine_preferred(bits): PackedAffine), its source handed back
 // (drop_source); else `w` itself.
 WeightMatrix pack_for_cpu(const WeightMatrix& w, OwnedBuffers& owned, uint64_t& owned_bytes);
 

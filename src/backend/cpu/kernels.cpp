@@ -272,16 +272,29 @@ void pack_bf16_rows16(const WeightMatrix& dense, void* dst, int64_t b0, int64_t 
 
 namespace {
 
-// Whether the packed affine kernels run here (else kScalarQuant takes them).
-bool packed_affine_vnni() {
-  static const bool hw = hardware_vnni(true);
-  return hw && current_isa() == kAvx512 && g_vnni_allowed.load(std::memory_order_relaxed);
+// The PackedAffine kernels of the current ISA: AVX-512 VNNI, AVX-VNNI, else
+// AVX2's vpmaddubsw (an AVX-512 processor without VNNI uses the 256-bit
+// ones); null on the portable path (kScalarQuant takes the matrices there).
+const detail::QuantKernels* packed_affine_kernels() {
+  static const bool avx512_vnni = hardware_vnni(true), avx_vnni = hardware_vnni(false);
+  const bool vnni = g_vnni_allowed.load(std::memory_order_relaxed);
+  switch (current_isa()) {
+    case kAvx512:
+      if (vnni && avx512_vnni) return &detail::kAvx512VnniPackedQuant;
+      [[fallthrough]];
+    case kAvx2: return vnni && avx_vnni ? &detail::kAvxVnniPackedQuant : &detail::kAvx2PackedQuant;
+    default: return nullptr;
+  }
 }
 
 }  // namespace
 
-bool packed_affine_preferred() {
-  return packed_affine_vnni();
+bool packed_affine_preferred(int bits) {
+  // AVX2 without VNNI (measured on the 2-core EPYC, TANDEM_ISA=avx2, bench/gemv --no-vnni):
+  // 4-bit prefill 1.3-1.9x and decode +10-40% packed, 8-bit prefill ~1.1x but decode -5 to -18%
+  // on llama-3.2-1B's shapes.
+  const detail::QuantKernels* k = packed_affine_kernels();
+  return k && !(k == &detail::kAvx2PackedQuant && bits == 8);
 }
 
 WeightMatrix packed_affine_view(const WeightMatrix& affine, void* dst) {
@@ -431,9 +444,8 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const WeightMatrix& w, 
     check_affine(w, "matmul");
     if (g_quant_reference.load(std::memory_order_relaxed))
       return quant_reference(pool, x, n, w, bias, y);
-    return detail::quant_matmul(
-        pool, packed_affine_vnni() ? detail::kAvx512VnniPackedQuant : detail::kScalarQuant, x, n, w,
-        bias, y);
+    const detail::QuantKernels* k = packed_affine_kernels();
+    return detail::quant_matmul(pool, k ? *k : detail::kScalarQuant, x, n, w, bias, y);
   }
   if (w.format == WeightFormat::PackedBf16) {
     if (n <= 0 || w.rows <= 0) return;

@@ -55,10 +55,11 @@ void pack_bf16_rows16(const WeightMatrix& dense, void* dst, int64_t b0, int64_t 
 // Affine weights packed for the int8 outer-product kernels
 // (WeightFormat::PackedAffine): matmul over them is the same function, with
 // the same result up to the order of f32 additions (docs/performance.md has
-// the speed). Loading packs affine matrices where packed_affine_preferred():
-// the run-time ISA is AVX-512 on a processor with AVX-512 VNNI (elsewhere the
-// packed matrices would run on the scalar reference).
-bool packed_affine_preferred();
+// the speed). Loading packs `bits`-bit affine matrices where
+// packed_affine_preferred(bits): the run-time ISA is AVX2 or wider, and for
+// 8 bits the processor has VNNI (on vpmaddubsw the packed 8-bit kernel is
+// no faster). Elsewhere packed matrices run on the scalar reference.
+bool packed_affine_preferred(int bits);
 // The PackedAffine view of `affine` stored at `dst`, which must hold
 // view.nbytes() bytes (64-byte aligned): codes (rows padded to a multiple of
 // 16), then scales, then biases.

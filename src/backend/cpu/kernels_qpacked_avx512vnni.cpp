@@ -20,33 +20,10 @@
 namespace tandem::cpu::detail {
 namespace {
 
-inline int64_t align64(int64_t n) {
-  return (n + 63) & ~int64_t(63);
-}
-
-// The prepared activation row, the scalar reference's layout: q int8 [cols]
-// | d f32 [cols / 32] (the blocks' scales) | xs f32 [groups] (Σ d·q over each
-// weight group), each part 64-byte aligned.
-struct ActLayout {
-  int64_t d, xs, total;  // byte offsets, and the row's size
-};
-
-inline ActLayout act_layout(const WeightMatrix& w) {
-  ActLayout l;
-  l.d = align64(w.cols);
-  l.xs = l.d + align64(4 * (w.cols / 32));
-  l.total = l.xs + align64(4 * (w.cols / w.group_size));
-  return l;
-}
-
-size_t act_bytes(const WeightMatrix& w) {
-  return size_t(act_layout(w).total);
-}
-
 // The scalar reference's prepare, vectorized (the same bytes: products
 // rounded to nearest even, block sums added in order).
 void prepare(const float* x, const WeightMatrix& w, uint8_t* out) {
-  const ActLayout L = act_layout(w);
+  const QuantActLayout L = quant_act_layout(w);
   const int64_t cols = w.cols, G = w.group_size;
   auto* q = reinterpret_cast<int8_t*>(out);
   auto* d = reinterpret_cast<float*>(out + L.d);
@@ -90,21 +67,12 @@ inline __m512i broadcast4(const int8_t* p) {
 // MLX-layout kernel's measurement: the misses outlast the out-of-order window).
 constexpr int64_t kPrefetch = 2048;
 
-// RV blocks of 16 rows, `panel` bytes of codes and `sstride` scales apart.
-struct Panels {
-  const uint8_t* codes;
-  int64_t panel;
-  const uint8_t* scales;
-  const uint8_t* biases;
-  int64_t sstride;  // bytes
-};
-
 // acc[rv][t] = the 16 rows of block rv times prepared activation row t, over
 // every column: for each block of 32 columns the int32 sums of 32 / V
 // vectors, then acc += sums · (scale · d); for each group acc += bias · xs.
 template <int BITS, DType SD, int RV, int T, bool PREFETCH>
-inline void tile(const Panels& w, int64_t cols, int64_t G, const uint8_t* const* act,
-                 const ActLayout& L, __m512 (&acc)[RV][T]) {
+inline void tile(const PackedPanels& w, int64_t cols, int64_t G, const uint8_t* const* act,
+                 const QuantActLayout& L, __m512 (&acc)[RV][T]) {
   constexpr int64_t V = 32 / BITS;        // columns a vector covers
   constexpr int64_t kBlockVecs = 32 / V;  // vectors a block of 32 columns
   constexpr int64_t SB = SD == DType::F32 ? 4 : 2;
@@ -183,9 +151,9 @@ inline __mmask16 mask16(int64_t n) {
 // Runs tile for blocks of 16 rows at r, r + ystride, ... (RV of them) and
 // tokens t0 .. t0 + T - 1, writing y[t * rows + row] (+ bias) for rows < r1.
 template <int BITS, DType SD, int RV, int T, bool PREFETCH>
-inline void run_tile(const Panels& p, const uint8_t* acts, int64_t t0, const ActLayout& L,
-                     const WeightMatrix& w, int64_t r, int64_t ystride, int64_t r1,
-                     const float* bias, float* y) {
+inline void run_tile(const PackedPanels& p, const uint8_t* acts, int64_t t0,
+                     const QuantActLayout& L, const WeightMatrix& w, int64_t r, int64_t ystride,
+                     int64_t r1, const float* bias, float* y) {
   const uint8_t* act[T];
   for (int t = 0; t < T; ++t) act[t] = acts + (t0 + t) * L.total;
   __m512 acc[RV][T];
@@ -203,54 +171,8 @@ inline void run_tile(const Panels& p, const uint8_t* acts, int64_t t0, const Act
 
 constexpr int kStreams = 4;     // decode: blocks far apart streamed at once (packed_driver.inc)
 constexpr int kTileTokens = 8;  // prefill: activation rows a tile (one block of 16 rows)
-constexpr int64_t kTokenBlock = 256;  // prefill: activation rows kept in L2 per pass over W
 
-// kernels_quant.h's compute, r0 a multiple of 16 (quant_matmul splits rows
-// in groups of 16).
-template <int BITS, DType SD>
-void compute_sd(const uint8_t* acts, int64_t n, const WeightMatrix& w, const float* bias, float* y,
-                int64_t r0, int64_t r1) {
-  const ActLayout L = act_layout(w);
-  constexpr int64_t SB = SD == DType::F32 ? 4 : 2;
-  const int64_t panel = 16 * w.cols * BITS / 8, sstride = 16 * (w.cols / w.group_size) * SB;
-  const auto* codes = static_cast<const uint8_t*>(w.data);
-  const auto* scales = static_cast<const uint8_t*>(w.scales);
-  const auto* biases = static_cast<const uint8_t*>(w.biases);
-  auto panels = [&](int64_t r, int64_t apart) {
-    const int64_t b = r / 16;
-    return Panels{codes + b * panel, apart * panel, scales + b * sstride, biases + b * sstride,
-                  apart * sstride};
-  };
-  const int64_t b0 = r0 / 16, b1 = (r1 + 15) / 16;
-  if (n == 1) {
-    // Decode: kStreams blocks far apart (b, b + h, ...), each a sequential
-    // stream, so every thread keeps several in flight; the rest one at a time.
-    const int64_t h = (b1 - b0) / kStreams;
-    for (int64_t i = 0; i < h; ++i) {
-      const int64_t r = (b0 + i) * 16;
-      run_tile<BITS, SD, kStreams, 1, true>(panels(r, h), acts, 0, L, w, r, h * 16, r1, bias, y);
-    }
-    for (int64_t b = b0 + kStreams * h; b < b1; ++b)
-      run_tile<BITS, SD, 1, 1, true>(panels(b * 16, 1), acts, 0, L, w, b * 16, 16, r1, bias, y);
-    return;
-  }
-  for (int64_t tb = 0; tb < n; tb += kTokenBlock) {
-    const int64_t te = n - tb < kTokenBlock ? n : tb + kTokenBlock;
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r = b * 16;
-      const Panels p = panels(r, 1);
-      int64_t t = tb;
-      for (; t + kTileTokens <= te; t += kTileTokens)
-        run_tile<BITS, SD, 1, kTileTokens, false>(p, acts, t, L, w, r, 16, r1, bias, y);
-      for (; t + 4 <= te; t += 4)
-        run_tile<BITS, SD, 1, 4, false>(p, acts, t, L, w, r, 16, r1, bias, y);
-      for (; t + 2 <= te; t += 2)
-        run_tile<BITS, SD, 1, 2, false>(p, acts, t, L, w, r, 16, r1, bias, y);
-      for (; t < te; ++t) run_tile<BITS, SD, 1, 1, false>(p, acts, t, L, w, r, 16, r1, bias, y);
-    }
-  }
-}
-
+#include "backend/cpu/qpacked_driver.inc"
 #include "backend/cpu/quant_dispatch.inc"
 
 }  // namespace

@@ -18,13 +18,24 @@ constexpr size_t align64(size_t n) {
   return (n + 63) & ~size_t(63);
 }
 
+}  // namespace
+
+QuantActLayout quant_act_layout(const WeightMatrix& w) {
+  QuantActLayout l;
+  l.d = int64_t(align64(size_t(w.cols)));
+  l.xs = l.d + int64_t(align64(sizeof(float) * size_t(w.cols / 32)));
+  l.total = l.xs + int64_t(align64(sizeof(float) * size_t(w.groups())));
+  return l;
+}
+
+namespace {
+
 // ---- Scalar reference --------------------------------------------------------
 // Prepared row: int8 codes [cols] | f32 block scales [cols / 32] | f32 group
 // sums of the quantized activations [groups], each part 64-byte aligned.
 
 size_t scalar_act_bytes(const WeightMatrix& w) {
-  return align64(size_t(w.cols)) + align64(sizeof(float) * size_t(w.cols / 32)) +
-         align64(sizeof(float) * size_t(w.groups()));
+  return size_t(quant_act_layout(w).total);
 }
 
 void scalar_prepare(const float* x, const WeightMatrix& w, uint8_t* out) {

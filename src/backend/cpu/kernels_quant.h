@@ -45,6 +45,25 @@ struct QuantKernels {
                   float* y, int64_t r0, int64_t r1);
 };
 
+// The prepared activation row of kScalarQuant and the packed kernels: q
+// int8 [cols] | d f32 [cols / 32] (the blocks' scales) | xs f32 [groups]
+// (Σ d·q over each weight group), each part 64-byte aligned. Byte offsets.
+struct QuantActLayout {
+  int64_t d, xs, total;
+};
+QuantActLayout quant_act_layout(const WeightMatrix& w);  // kernels_quant.cpp
+
+// RV blocks of 16 rows of a PackedAffine matrix for the packed kernels: the
+// first one's codes, scales and biases; the next ones `panel` bytes of
+// codes and `sstride` bytes of scales further.
+struct PackedPanels {
+  const uint8_t* codes;
+  int64_t panel;
+  const uint8_t* scales;
+  const uint8_t* biases;
+  int64_t sstride;
+};
+
 extern const QuantKernels kScalarQuant;      // kernels_quant.cpp
 extern const QuantKernels kAvx2Quant;        // kernels_quant_avx2.cpp: vpmaddubsw
 extern const QuantKernels kAvxVnniQuant;     // kernels_quant_avxvnni.cpp: 256-bit vpdpbusd
@@ -52,6 +71,8 @@ extern const QuantKernels kAvx512VnniQuant;  // kernels_quant_avx512vnni.cpp
 // Over WeightFormat::PackedAffine (kScalarQuant takes both formats): compute's
 // r0 must be a multiple of 16. The prepared rows are kScalarQuant's.
 extern const QuantKernels kAvx512VnniPackedQuant;  // kernels_qpacked_avx512vnni.cpp
+extern const QuantKernels kAvxVnniPackedQuant;     // kernels_qpacked_avxvnni.cpp
+extern const QuantKernels kAvx2PackedQuant;        // kernels_qpacked_avx2.cpp: vpmaddubsw
 
 // Writes the blocks of 16 rows [b0, b1) of the Affine matrix `src` into the
 // PackedAffine matrix `dst` (same shape, bits, group and dtype; its data,
