@@ -536,3 +536,111 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
         }
   }
 }
+
+namespace {
+
+// qkv_post over a step of many tokens (the warp-per-head kernel, from 8
+// tokens on) against the same tokens one call each (the block kernel the
+// decode steps and the parity tests run): queries within 1e-5 relative (the
+// norm's sum is taken in another order), cache rows bit for bit over f32
+// rows and within one bf16 step over bf16 ones. Head dims 64, 128 and 256;
+// q/k norms, v norm, K = V, shared K/V (q only), no RoPE, the query
+// temperature.
+TEST_F(CudaAttention, QkvPostOfManyTokensMatchesOneTokenAtATime) {
+  struct PostCase {
+    int64_t heads, kv_heads, head_dim;
+    bool qk_norm, v_norm, k_eq_v, own_kv, rope, kv_bf16;
+    float temp_beta;
+  };
+  for (const PostCase& c : {PostCase{32, 8, 64, false, false, false, true, true, true, 0.f},
+                            PostCase{16, 8, 128, true, false, false, true, true, false, 0.1f},
+                            PostCase{4, 1, 256, true, false, false, true, true, true, 0.f},
+                            PostCase{8, 1, 256, true, true, true, true, true, false, 0.f},
+                            PostCase{8, 2, 128, true, false, false, false, true, true, 0.f},
+                            PostCase{4, 2, 64, false, false, false, true, false, false, 0.f}}) {
+    const int64_t n = 40, ctx = 50, Dh = c.head_dim, Q = c.heads * Dh, KV = c.kv_heads * Dh;
+    const int64_t stride = Q + (c.k_eq_v ? KV : 2 * KV);
+    DecodeStep step(n, ctx);
+    for (int64_t t = 0; t < n; ++t) step.positions[size_t(t)] = 3 + 7 * t % ctx;
+    step.dp = upload(step.positions);
+    step.at.positions = step.dp.as<int64_t>();
+    const size_t kv_bytes = size_t(step.pool_rows() * KV) * (c.kv_bf16 ? 2 : 4);
+    const auto qkv = random_floats(size_t(n * stride), 31);
+    std::vector<float> q_norm = random_floats(size_t(Dh), 32),
+                       k_norm = random_floats(size_t(Dh), 33);
+    for (float& w : q_norm) w += 1.5f;
+    for (float& w : k_norm) w += 1.5f;
+    std::vector<float> inv_freq(size_t(Dh / 2));
+    for (int64_t i = 0; i < Dh / 2; ++i)
+      inv_freq[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(Dh));
+    auto dqkv = upload(qkv), dqn = upload(q_norm), dkn = upload(k_norm), dif = upload(inv_freq);
+    const std::vector<uint8_t> zeros(kv_bytes, 0);
+    cuda::DeviceBuffer many_q(size_t(n * Q) * 4), one_q(size_t(n * Q) * 4);
+    cuda::DeviceBuffer many_k = upload(zeros), many_v = upload(zeros), one_k = upload(zeros),
+                       one_v = upload(zeros);
+    cuda::QkvPost post;
+    post.heads = c.heads;
+    post.kv_heads = c.kv_heads;
+    post.head_dim = Dh;
+    post.stride = stride;
+    post.own_kv = c.own_kv;
+    post.k_eq_v = c.k_eq_v;
+    post.qk_norm = c.qk_norm;
+    post.v_norm = c.v_norm;
+    post.q_norm = dqn.as<float>();
+    post.k_norm = dkn.as<float>();
+    post.inv_freq = dif.as<float>();
+    post.rotary_dim = c.rope ? Dh : 0;
+    post.rope_scaling = 1.25f;
+    post.temp_beta = c.temp_beta;
+    post.temp_base = 8.f;
+    post.kv_bf16 = c.kv_bf16;
+    post.block_size = step.block_size;
+    post.q_out = many_q.as<float>();
+    post.k_cache = many_k.get();
+    post.v_cache = many_v.get();
+    cuda::qkv_post(dqkv.as<float>(), n, step.at, post, nullptr);
+    for (int64_t t = 0; t < n; ++t) {
+      cuda::StepLayout one = step.at;
+      one.positions += t;
+      one.key_end += t;
+      one.seq += t;
+      cuda::QkvPost p1 = post;
+      p1.q_out = one_q.as<float>() + t * Q;
+      p1.k_cache = one_k.get();
+      p1.v_cache = one_v.get();
+      cuda::qkv_post(dqkv.as<float>() + t * stride, 1, one, p1, nullptr);
+    }
+    const std::string what = "H" + std::to_string(c.heads) + " K" + std::to_string(c.kv_heads) +
+                             " Dh" + std::to_string(Dh) + (c.own_kv ? "" : " shared kv") +
+                             (c.rope ? "" : " no rope") + (c.kv_bf16 ? " bf16 rows" : "");
+    const auto want = download<float>(one_q, size_t(n * Q)),
+               got = download<float>(many_q, size_t(n * Q));
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!(std::fabs(got[i] - want[i]) <= 1e-5 * (1.0 + std::fabs(want[i]))) && bad++ < 3)
+        ADD_FAILURE() << what << " q [" << i << "] " << got[i] << " one at a time " << want[i];
+    EXPECT_EQ(bad, 0u) << what;
+    size_t written = 0;
+    for (const auto& [a, b] : {std::pair{&many_k, &one_k}, std::pair{&many_v, &one_v}}) {
+      if (c.kv_bf16) {
+        const auto g = download<uint16_t>(*a, kv_bytes / 2),
+                   w = download<uint16_t>(*b, kv_bytes / 2);
+        for (size_t i = 0; i < g.size(); ++i) {
+          written += w[i] != 0;
+          EXPECT_LE(std::abs(int(g[i]) - int(w[i])), 1) << what << " cache row value " << i;
+        }
+      } else {
+        const auto g = download<float>(*a, kv_bytes / 4), w = download<float>(*b, kv_bytes / 4);
+        for (size_t i = 0; i < g.size(); ++i) {
+          written += w[i] != 0.f;
+          EXPECT_LE(std::fabs(g[i] - w[i]), 1e-5 * (1.0 + std::fabs(w[i])))
+              << what << " cache " << i;
+        }
+      }
+    }
+    EXPECT_EQ(written > 0, c.own_kv) << what;
+  }
+}
+
+}  // namespace
