@@ -51,18 +51,38 @@ __global__ void rmsnorm_kernel(const float* x, const float* __restrict__ w, int6
 // of `dim` with their own strides (in place allowed: out == gate). Grid:
 // (chunks of the row, rows), so one token's wide MLP still fills the GPU.
 template <int Act>
+__device__ __forceinline__ float gate_act(float g, float u) {
+  return (Act == 0 ? silu(g) : gelu_tanh(g)) * u;
+}
+
+// out[r, i] = act(gate[r, i]) · up[r, i] (and its bf16 copy), a thread per
+// VEC consecutive values: VEC = 4 (16-byte loads and stores) where every row
+// start is 16-byte aligned, which llama-3.2-1b's 4,096-token prefill (f32
+// gate and up halves of 8,192 values a row) read at 61% of the H200's
+// bandwidth one value a thread.
+template <int Act, int VEC>
 __global__ void gated_kernel(const float* gate, int64_t gate_stride, const float* up,
                              int64_t up_stride, float* out, int64_t out_stride, int64_t dim,
                              uint16_t* __restrict__ out_bf16) {
   pdl_launch_dependents();
   pdl_wait();
   const int64_t r = blockIdx.y;
-  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * VEC;
   if (i >= dim) return;
-  const float g = gate[r * gate_stride + i];
-  const float v = (Act == 0 ? silu(g) : gelu_tanh(g)) * up[r * up_stride + i];
-  out[r * out_stride + i] = v;
-  if (out_bf16) out_bf16[r * out_stride + i] = uint16_t(bf16_bits(v));
+  if constexpr (VEC == 4) {
+    const float4 g = *reinterpret_cast<const float4*>(gate + r * gate_stride + i);
+    const float4 u = *reinterpret_cast<const float4*>(up + r * up_stride + i);
+    const float4 v = make_float4(gate_act<Act>(g.x, u.x), gate_act<Act>(g.y, u.y),
+                                 gate_act<Act>(g.z, u.z), gate_act<Act>(g.w, u.w));
+    *reinterpret_cast<float4*>(out + r * out_stride + i) = v;
+    if (out_bf16)
+      *reinterpret_cast<uint2*>(out_bf16 + r * out_stride + i) =
+          make_uint2(bf16_bits(v.x) | bf16_bits(v.y) << 16, bf16_bits(v.z) | bf16_bits(v.w) << 16);
+  } else {
+    const float v = gate_act<Act>(gate[r * gate_stride + i], up[r * up_stride + i]);
+    out[r * out_stride + i] = v;
+    if (out_bf16) out_bf16[r * out_stride + i] = uint16_t(bf16_bits(v));
+  }
 }
 
 template <int Act>
@@ -70,9 +90,18 @@ void gated(const float* gate, int64_t gate_stride, const float* up, int64_t up_s
            int64_t out_stride, int64_t rows, int64_t dim, cudaStream_t stream,
            uint16_t* out_bf16 = nullptr) {
   if (rows <= 0 || dim <= 0) return;
-  const dim3 grid(unsigned((dim + kThreads - 1) / kThreads), unsigned(rows));
-  launch(gated_kernel<Act>, grid, kThreads, 0, stream, gate, gate_stride, up, up_stride, out,
-         out_stride, dim, out_bf16);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = dim % 4 == 0 && gate_stride % 4 == 0 && up_stride % 4 == 0 &&
+                   out_stride % 4 == 0 && aligned(gate) && aligned(up) && aligned(out) &&
+                   (!out_bf16 || reinterpret_cast<uintptr_t>(out_bf16) % 8 == 0);
+  const int64_t per_block = kThreads * (vec ? 4 : 1);
+  const dim3 grid(unsigned((dim + per_block - 1) / per_block), unsigned(rows));
+  if (vec)
+    launch(gated_kernel<Act, 4>, grid, kThreads, 0, stream, gate, gate_stride, up, up_stride, out,
+           out_stride, dim, out_bf16);
+  else
+    launch(gated_kernel<Act, 1>, grid, kThreads, 0, stream, gate, gate_stride, up, up_stride, out,
+           out_stride, dim, out_bf16);
   CUDA_CHECK(cudaGetLastError());
 }
 
