@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -540,13 +541,16 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
 namespace {
 
 // qkv_post over a step of many tokens (the warp-per-head kernel, from 8
-// tokens on) against the same tokens one call each (the block kernel the
-// decode steps and the parity tests run): queries within 1e-5 relative (the
-// norm's sum is taken in another order), cache rows bit for bit over f32
-// rows and within one bf16 step over bf16 ones. Head dims 64, 128 and 256;
-// q/k norms, v norm, K = V, shared K/V (q only), no RoPE, the query
-// temperature.
+// tokens on, opt-in while unverified: TANDEM_CUDA_QKV_POST_WARPS=1) against the same tokens one
+// call each (the block kernel the decode steps and the parity tests run): queries within 1e-5
+// relative (the norm's sum is taken in another order), cache rows bit for bit over f32 rows and
+// within one bf16 step over bf16 ones. Head dims 64, 128 and 256; q/k norms, v norm, K = V, shared
+// K/V (q only), no RoPE, the query temperature.
 TEST_F(CudaAttention, QkvPostOfManyTokensMatchesOneTokenAtATime) {
+  setenv("TANDEM_CUDA_QKV_POST_WARPS", "1", 1);
+  struct Unset {
+    ~Unset() { unsetenv("TANDEM_CUDA_QKV_POST_WARPS"); }
+  } unset;
   struct PostCase {
     int64_t heads, kv_heads, head_dim;
     bool qk_norm, v_norm, k_eq_v, own_kv, rope, kv_bf16;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <utility>
@@ -464,11 +465,17 @@ TEST_F(CudaKernels, Bf16TwinsAreTheOutputsRounded) {
         }
       (act == 0 ? cpu::silu_mul : cpu::gelu_tanh_mul)(want.data(), up.data(), n * dim);
       auto halves = act == 0 ? cuda::silu_mul_halves : cuda::gelu_tanh_mul_halves;
-      halves(dgu.as<float>(), n, dim, y.as<float>(), nullptr, nullptr);
-      const auto plain = download<float>(y, want.size());
-      expect_close(plain, want, 2e-6, 1e-6, (act == 0 ? "silu halves" : "gelu halves") + at);
-      halves(dgu.as<float>(), n, dim, y.as<float>(), nullptr, twin.as<uint16_t>());
-      check(y, twin, plain, (act == 0 ? "silu halves" : "gelu halves") + at);
+      // One value a thread, and four (opt-in while unverified).
+      for (const char* vec4 : {"0", "1"}) {
+        setenv("TANDEM_CUDA_GATED_VEC4", vec4, 1);
+        const std::string what = (act == 0 ? "silu halves" : "gelu halves") + at + " vec4=" + vec4;
+        halves(dgu.as<float>(), n, dim, y.as<float>(), nullptr, nullptr);
+        const auto plain = download<float>(y, want.size());
+        expect_close(plain, want, 2e-6, 1e-6, what);
+        halves(dgu.as<float>(), n, dim, y.as<float>(), nullptr, twin.as<uint16_t>());
+        check(y, twin, plain, what);
+      }
+      unsetenv("TANDEM_CUDA_GATED_VEC4");
     }
   }
 }
@@ -476,14 +483,19 @@ TEST_F(CudaKernels, Bf16TwinsAreTheOutputsRounded) {
 TEST_F(CudaKernels, GatedActivationsAndSoftcapMatchCpu) {
   const int64_t n = 100003;
   const auto g = random_floats(size_t(n), 5, 4.f), u = random_floats(size_t(n), 6);
-  for (int act = 0; act < 2; ++act) {
-    std::vector<float> want = g;
-    (act == 0 ? cpu::silu_mul : cpu::gelu_tanh_mul)(want.data(), u.data(), n);
-    auto dg = upload(g);
-    auto du = upload(u);
-    (act == 0 ? cuda::silu_mul : cuda::gelu_tanh_mul)(dg.as<float>(), du.as<float>(), n, nullptr);
-    expect_close(download<float>(dg, size_t(n)), want, 2e-6, 1e-6, act == 0 ? "silu" : "gelu");
-  }
+  for (int act = 0; act < 2; ++act)
+    for (int64_t len : {n, n - 3}) {  // n - 3 = 100,000: the four-value path when it is on
+      setenv("TANDEM_CUDA_GATED_VEC4", "1", 1);
+      std::vector<float> want(g.begin(), g.begin() + len);
+      (act == 0 ? cpu::silu_mul : cpu::gelu_tanh_mul)(want.data(), u.data(), len);
+      auto dg = upload(g);
+      auto du = upload(u);
+      (act == 0 ? cuda::silu_mul : cuda::gelu_tanh_mul)(dg.as<float>(), du.as<float>(), len,
+                                                        nullptr);
+      expect_close(download<float>(dg, size_t(len)), want, 2e-6, 1e-6,
+                   (act == 0 ? "silu " : "gelu ") + std::to_string(len));
+      unsetenv("TANDEM_CUDA_GATED_VEC4");
+    }
   std::vector<float> want = g;
   cpu::softcap(want.data(), n, 30.f);
   auto dg = upload(g);
