@@ -209,19 +209,13 @@ TEST(GgufPacked, QuantizedLayersArePackedAndMatchUnpacked) {
       o.pack_for_cpu = true;
       auto gg = load_model(path, o);
       const std::string what = std::string(name) + " " + ggml_type_name(type);
-      if (cpu::packed_affine_preferred(type == GgmlType::Q8_0 ? 8 : 4) && st->spec.hidden % 32 == 0) {
+      if (cpu::packed_affine_preferred(type == GgmlType::Q8_0 ? 8 : 4) &&
+          st->spec.hidden % 32 == 0) {
         EXPECT_EQ(gg->weights.layers[0].q.format, WeightFormat::PackedAffine) << what;
         EXPECT_EQ(gg->weights.layers[0].gate.format, WeightFormat::PackedAffine) << what;
       }
-      uint64_t expected = plain->owned_bytes;
-      for (const LayerWeights& l : gg->weights.layers)
-        for (const WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-          if (w->format == WeightFormat::PackedAffine) {
-            WeightMatrix mlx = *w;
-            mlx.format = WeightFormat::Affine;
-            expected += w->nbytes() - mlx.nbytes();  // the rows' padding to 16
-          }
-      EXPECT_EQ(gg->owned_bytes, expected) << what << ": a converted copy was kept";
+      EXPECT_EQ(gg->owned_bytes, plain->owned_bytes + test::packed_affine_padding(*gg))
+          << what << ": a converted copy was kept";
       // The int8 kernels add the same sums in another order: an activation's
       // rounding can tip (test_quant_model.cpp's LogitsMatchTheDequantizedModel
       // says how far that moves these fixtures); the dequantized rows are equal.

@@ -214,19 +214,8 @@ TEST(QuantizedModel, OnLoadQuantizationEqualsTandemQuantize) {
     auto packed = load_model(fixture, o);
     if (cpu::packed_affine_preferred(8)) {
       EXPECT_EQ(packed->weights.layers[0].gate.format, WeightFormat::PackedAffine) << name;
-      uint64_t expected = on_load->owned_bytes;
-      std::vector<const WeightMatrix*> all{&packed->weights.ple_model_proj};
-      for (const LayerWeights& l : packed->weights.layers)
-        for (const WeightMatrix* w :
-             {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate, &l.ple_proj})
-          all.push_back(w);
-      for (const WeightMatrix* w : all)
-        if (w->format == WeightFormat::PackedAffine) {
-          WeightMatrix mlx = *w;
-          mlx.format = WeightFormat::Affine;
-          expected += w->nbytes() - mlx.nbytes();  // the rows' padding to 16
-        }
-      EXPECT_EQ(packed->owned_bytes, expected) << name << ": a converted copy was kept";
+      EXPECT_EQ(packed->owned_bytes, on_load->owned_bytes + test::packed_affine_padding(*packed))
+          << name << ": a converted copy was kept";
     }
     // The int8 kernels add the same sums in another order (see
     // LogitsMatchTheDequantizedModel); the dequantized rows are the same.

@@ -20,6 +20,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "model/model.h"
 
 namespace tandem::test {
 
@@ -118,6 +119,22 @@ std::vector<std::string> supported_isas() {
     if (cpu::set_isa_for_testing(isa)) out.push_back(isa);
   cpu::set_isa_for_testing("");
   return out;
+}
+
+uint64_t packed_affine_padding(const Model& m) {
+  std::vector<const WeightMatrix*> all{&m.weights.ple_model_proj};
+  for (const LayerWeights& l : m.weights.layers)
+    for (const WeightMatrix* w :
+         {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.ple_gate, &l.ple_proj})
+      all.push_back(w);
+  uint64_t bytes = 0;
+  for (const WeightMatrix* w : all)
+    if (w->format == WeightFormat::PackedAffine) {
+      WeightMatrix mlx = *w;
+      mlx.format = WeightFormat::Affine;
+      bytes += w->nbytes() - mlx.nbytes();
+    }
+  return bytes;
 }
 
 GuardedCopy::GuardedCopy(const void* src, size_t bytes) {

@@ -1,10 +1,15 @@
 // Helpers shared by the tests: paths, running the tandem binary, temp dirs.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
+
+namespace tandem {
+struct Model;
+}
 
 namespace tandem::test {
 
@@ -48,6 +53,11 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng);
 double stddev(const std::vector<float>& v);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 std::string error_of(const std::function<void()>& fn);
+
+// Bytes the PackedAffine matrices of `m` hold beyond the same codes in MLX's
+// row layout (their rows padded to a multiple of 16): what packing adds to
+// Model::owned_bytes when it keeps no other copy.
+uint64_t packed_affine_padding(const Model& m);
 
 // A copy of `bytes` bytes of src that ends where an inaccessible page
 // begins, so a read past its end faults (kernels' bounds tests).

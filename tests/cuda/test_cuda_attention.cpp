@@ -405,6 +405,23 @@ struct DecodeStep {
 
 }  // namespace
 
+// A QkvPost's weights on the device for head dim Dh: q and k norm weights
+// (random, about 1.5) from seeds `seed` and seed + 1, and RoPE's inverse
+// frequencies (base 10,000).
+struct PostWeights {
+  cuda::DeviceBuffer q_norm, k_norm, inv_freq;
+  PostWeights(int64_t Dh, uint32_t seed) {
+    std::vector<float> qn = random_floats(size_t(Dh), seed),
+                       kn = random_floats(size_t(Dh), seed + 1);
+    for (float& w : qn) w += 1.5f;
+    for (float& w : kn) w += 1.5f;
+    std::vector<float> f(size_t(Dh / 2));
+    for (int64_t i = 0; i < Dh / 2; ++i)
+      f[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(Dh));
+    q_norm = upload(qn), k_norm = upload(kn), inv_freq = upload(f);
+  }
+};
+
 // The chunked kernel doing qkv_post's work itself (attention_paged with a
 // QkvPost) against qkv_post and then the same kernel: the attention output
 // within 1e-3 relative (the norms' sums are taken in another order, which
@@ -435,14 +452,8 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
       v0[i] = f32_to_bf16(vf[i]);
     }
     const auto qkv = random_floats(size_t(c.n * stride), 23);
-    std::vector<float> q_norm = random_floats(size_t(Dh), 24),
-                       k_norm = random_floats(size_t(Dh), 25);
-    for (float& w : q_norm) w += 1.5f;
-    for (float& w : k_norm) w += 1.5f;
-    std::vector<float> inv_freq(size_t(Dh / 2));
-    for (int64_t i = 0; i < Dh / 2; ++i)
-      inv_freq[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(Dh));
-    auto dqkv = upload(qkv), dqn = upload(q_norm), dkn = upload(k_norm), dif = upload(inv_freq);
+    const PostWeights weights(Dh, 24);
+    auto dqkv = upload(qkv);
 
     for (const bool bf16_inputs : {false, true})
       for (const bool cp_async_only : {false, true})
@@ -457,9 +468,9 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
           post.k_eq_v = c.k_eq_v;
           post.qk_norm = true;
           post.v_norm = c.v_norm;
-          post.q_norm = dqn.as<float>();
-          post.k_norm = dkn.as<float>();
-          post.inv_freq = dif.as<float>();
+          post.q_norm = weights.q_norm.as<float>();
+          post.k_norm = weights.k_norm.as<float>();
+          post.inv_freq = weights.inv_freq.as<float>();
           post.rotary_dim = Dh;
           post.rope_scaling = 1.25f;
           post.temp_beta = c.temp_beta;
@@ -570,14 +581,8 @@ TEST_F(CudaAttention, QkvPostOfManyTokensMatchesOneTokenAtATime) {
     step.at.positions = step.dp.as<int64_t>();
     const size_t kv_bytes = size_t(step.pool_rows() * KV) * (c.kv_bf16 ? 2 : 4);
     const auto qkv = random_floats(size_t(n * stride), 31);
-    std::vector<float> q_norm = random_floats(size_t(Dh), 32),
-                       k_norm = random_floats(size_t(Dh), 33);
-    for (float& w : q_norm) w += 1.5f;
-    for (float& w : k_norm) w += 1.5f;
-    std::vector<float> inv_freq(size_t(Dh / 2));
-    for (int64_t i = 0; i < Dh / 2; ++i)
-      inv_freq[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(Dh));
-    auto dqkv = upload(qkv), dqn = upload(q_norm), dkn = upload(k_norm), dif = upload(inv_freq);
+    const PostWeights weights(Dh, 32);
+    auto dqkv = upload(qkv);
     const std::vector<uint8_t> zeros(kv_bytes, 0);
     cuda::DeviceBuffer many_q(size_t(n * Q) * 4), one_q(size_t(n * Q) * 4);
     cuda::DeviceBuffer many_k = upload(zeros), many_v = upload(zeros), one_k = upload(zeros),
@@ -591,9 +596,9 @@ TEST_F(CudaAttention, QkvPostOfManyTokensMatchesOneTokenAtATime) {
     post.k_eq_v = c.k_eq_v;
     post.qk_norm = c.qk_norm;
     post.v_norm = c.v_norm;
-    post.q_norm = dqn.as<float>();
-    post.k_norm = dkn.as<float>();
-    post.inv_freq = dif.as<float>();
+    post.q_norm = weights.q_norm.as<float>();
+    post.k_norm = weights.k_norm.as<float>();
+    post.inv_freq = weights.inv_freq.as<float>();
     post.rotary_dim = c.rope ? Dh : 0;
     post.rope_scaling = 1.25f;
     post.temp_beta = c.temp_beta;

@@ -31,8 +31,7 @@ QuantActLayout quant_act_layout(const WeightMatrix& w) {
 namespace {
 
 // ---- Scalar reference --------------------------------------------------------
-// Prepared row: int8 codes [cols] | f32 block scales [cols / 32] | f32 group
-// sums of the quantized activations [groups], each part 64-byte aligned.
+// Prepared row: quant_act_layout's (kernels_quant.h).
 
 size_t scalar_act_bytes(const WeightMatrix& w) {
   return size_t(quant_act_layout(w).total);
@@ -40,10 +39,10 @@ size_t scalar_act_bytes(const WeightMatrix& w) {
 
 void scalar_prepare(const float* x, const WeightMatrix& w, uint8_t* out) {
   const int64_t cols = w.cols, G = w.group_size;
+  const QuantActLayout L = quant_act_layout(w);
   auto* q = reinterpret_cast<int8_t*>(out);
-  auto* d = reinterpret_cast<float*>(out + align64(size_t(cols)));
-  auto* xs = reinterpret_cast<float*>(out + align64(size_t(cols)) +
-                                      align64(sizeof(float) * size_t(cols / 32)));
+  auto* d = reinterpret_cast<float*>(out + L.d);
+  auto* xs = reinterpret_cast<float*>(out + L.xs);
   for (int64_t g = 0; g < w.groups(); ++g) xs[g] = 0.0f;
   for (int64_t b = 0; b < cols / 32; ++b) {
     float amax = 0.0f;
@@ -64,14 +63,13 @@ void scalar_prepare(const float* x, const WeightMatrix& w, uint8_t* out) {
 void scalar_compute(const uint8_t* acts, int64_t n, const WeightMatrix& w, const float* bias,
                     float* y, int64_t r0, int64_t r1) {
   const int64_t cols = w.cols, groups = w.groups(), G = w.group_size;
-  const size_t ab = scalar_act_bytes(w);
+  const QuantActLayout L = quant_act_layout(w);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t t = 0; t < n; ++t) {
-      const uint8_t* a = acts + size_t(t) * ab;
+      const uint8_t* a = acts + t * L.total;
       const auto* q = reinterpret_cast<const int8_t*>(a);
-      const auto* d = reinterpret_cast<const float*>(a + align64(size_t(cols)));
-      const auto* xs = reinterpret_cast<const float*>(a + align64(size_t(cols)) +
-                                                      align64(sizeof(float) * size_t(cols / 32)));
+      const auto* d = reinterpret_cast<const float*>(a + L.d);
+      const auto* xs = reinterpret_cast<const float*>(a + L.xs);
       float acc = 0.0f;
       for (int64_t b = 0; b < cols / 32; ++b) {
         int32_t isum = 0;

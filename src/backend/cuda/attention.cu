@@ -335,8 +335,9 @@ __global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
   __shared__ float partial[4];
   const int64_t t = blockIdx.x, j = blockIdx.y, Dh = p.head_dim;
   const int64_t Q = p.heads * Dh, KV = p.kv_heads * Dh;
-  const int kind = j < p.heads ? kQuery : j < p.heads + p.kv_heads ? kKey : kValue;
-  const int64_t head = kind == kQuery ? j : kind == kKey ? j - p.heads : j - p.heads - p.kv_heads;
+  int kind;
+  int64_t head;
+  qkv_head_of(p, j, &kind, &head);
   const int64_t col = qkv_column(p, kind, head);
   // Before waiting for the projection: what only the step's inputs (in
   // device memory before the step's first kernel) decide — the position,
@@ -405,8 +406,9 @@ __global__ void qkv_post_warps_kernel(const float* qkv, StepLayout at, QkvPost p
   const int64_t per_token = p.heads + (p.own_kv ? 2 * p.kv_heads : 0);
   const int64_t t = unit / per_token, j = unit % per_token, Dh = p.head_dim;
   const int64_t Q = p.heads * Dh, KV = p.kv_heads * Dh;
-  const int kind = j < p.heads ? kQuery : j < p.heads + p.kv_heads ? kKey : kValue;
-  const int64_t head = kind == kQuery ? j : kind == kKey ? j - p.heads : j - p.heads - p.kv_heads;
+  int kind;
+  int64_t head;
+  qkv_head_of(p, j, &kind, &head);
   const int64_t col = qkv_column(p, kind, head);
   const int64_t pos = at.positions[t];
   const int64_t at_row = kind == kQuery ? 0 : kv_offset(at, t, pos, p.block_size, KV) + head * Dh;

@@ -21,6 +21,13 @@ __device__ __forceinline__ int64_t qkv_column(const QkvPost& p, int kind, int64_
                                     : Q + KV + head * p.head_dim;
 }
 
+// Which head of which kind unit j of a token is: q heads, then k heads,
+// then v heads (qkv_post's order).
+__device__ __forceinline__ void qkv_head_of(const QkvPost& p, int64_t j, int* kind, int64_t* head) {
+  *kind = j < p.heads ? kQuery : j < p.heads + p.kv_heads ? kKey : kValue;
+  *head = *kind == kQuery ? j : *kind == kKey ? j - p.heads : j - p.heads - p.kv_heads;
+}
+
 // The query temperature at position pos (1 unless temp_beta is set).
 __device__ __forceinline__ float query_temperature(const QkvPost& p, int64_t pos) {
   return p.temp_beta != 0.f ? 1.0f + p.temp_beta * logf(1.0f + floorf(float(pos) / p.temp_base))
