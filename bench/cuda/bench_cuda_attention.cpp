@@ -1,7 +1,9 @@
 // Prefill attention on the GPU: one causal prompt of T tokens attended at
 // real models' head shapes, through the tensor-core prefill kernel
-// (attention_prefill) and the decode kernel (attention_paged, one block per
-// token and kv head), timed with CUDA events. Prints ms and useful TFLOP/s
+// (attention_prefill, over q and weights as bf16 hi/lo parts and rounded to
+// bf16), its bf16 variant (attention_prefill_bf16, bf16 rows at head dims
+// 64 and 128) and the decode kernel (attention_paged, one block per token
+// and kv head), timed with CUDA events. Prints ms and useful TFLOP/s
 // (causal: 2 · T² · head_dim · heads multiply-adds, q·k and p·v, counted
 // once: the kernel's bf16 hi/lo products do three mma per product). Then
 // decode: one token attending a context of 1,024 or 4,096 keys through the
@@ -119,19 +121,33 @@ int main(int argc, char** argv) {
         auto d_tiles = upload(tiles);
         const double flops = 2.0 * double(T) * double(T) * double(sh.head_dim) * double(sh.heads);
         const char* rows = bf16 ? "bf16" : "f32";
-        for (int prefill_kernel = 1; prefill_kernel >= 0; --prefill_kernel) {
-          if (prefill_kernel && !cuda::attention_prefill_supported(sh.head_dim, 0)) continue;
-          if (!prefill_kernel && bf16) continue;  // the slow path, timed once (f32 rows)
+        // The prefill kernel over hi/lo parts and over bf16 inputs (the
+        // decoder's default), the bf16 kernel (bf16 rows and inputs), and
+        // the decode kernel (the slow path, timed once: f32 rows).
+        enum Kernel { kHiLo, kBf16Inputs, kBf16Kernel, kDecode };
+        for (const Kernel kind : {kHiLo, kBf16Inputs, kBf16Kernel, kDecode}) {
+          cuda::PagedAttention kp = p;
+          kp.bf16_inputs = kind == kBf16Inputs || kind == kBf16Kernel;
+          if (kind != kDecode && !cuda::attention_prefill_supported(sh.head_dim, 0)) continue;
+          if (kind == kBf16Kernel && !cuda::attention_prefill_bf16_takes(kp, 0)) continue;
+          if (kind == kDecode && bf16) continue;
+          const int64_t n_tiles = int64_t(tiles.size() / 2);
           auto run = [&] {
-            if (prefill_kernel)
-              cuda::attention_prefill(step.q.as<float>(), at, d_tiles.as<int32_t>(),
-                                      int64_t(tiles.size() / 2), p, step.out.as<float>(), nullptr);
+            if (kind == kDecode)
+              cuda::attention_paged(step.q.as<float>(), T, at, kp, step.out.as<float>(), nullptr);
+            else if (kind == kBf16Kernel)
+              cuda::attention_prefill_bf16(step.q.as<float>(), at, d_tiles.as<int32_t>(), n_tiles,
+                                           kp, step.out.as<float>(), nullptr);
             else
-              cuda::attention_paged(step.q.as<float>(), T, at, p, step.out.as<float>(), nullptr);
+              cuda::attention_prefill(step.q.as<float>(), at, d_tiles.as<int32_t>(), n_tiles, kp,
+                                      step.out.as<float>(), nullptr);
           };
-          const double step_ms = 1e3 * bench::seconds_per_call(run, prefill_kernel ? 10 : 2),
+          const double step_ms = 1e3 * bench::seconds_per_call(run, kind == kDecode ? 2 : 10),
                        tflops = flops / (step_ms * 1e-3) / 1e12;
-          const char* kernel = prefill_kernel ? "prefill (tensor cores)" : "decode (CUDA cores)";
+          const char* kernel = kind == kHiLo         ? "prefill (tensor cores)"
+                               : kind == kBf16Inputs ? "prefill, bf16 inputs"
+                               : kind == kBf16Kernel ? "prefill bf16 kernel"
+                                                     : "decode (CUDA cores)";
           if (json)
             std::printf(
                 "{\"shape\": \"%s\", \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, "

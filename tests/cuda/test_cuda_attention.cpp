@@ -84,7 +84,11 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
         Case{4, 1, 256, 140, 130, 0, 0.f, false}, Case{8, 1, 512, 96, 80, 0, 0.f, false},
         // The most query heads the tensor-core decode kernel takes per kv
         // head (16), over many key tiles.
-        Case{16, 1, 128, 500, 2, 0, 0.f, false}}) {
+        Case{16, 1, 128, 500, 2, 0, 0.f, false},
+        // Long prefill chunks at llama's and qwen's head dims: key tiles
+        // inside every row's range (no mask) and straddling it, a window
+        // wide enough for unmasked tiles.
+        Case{8, 2, 64, 400, 300, 0, 0.f, false}, Case{4, 1, 128, 330, 200, 100, 0.f, false}}) {
     const int64_t kv_dim = c.kv_heads * c.head_dim, q_dim = c.heads * c.head_dim;
     const int64_t nblocks = (c.ctx + block_size - 1) / block_size;
     // Blocks in shuffled order inside a pool with spare blocks.
@@ -243,16 +247,24 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
       const std::vector<int32_t> tiles = cuda::attention_prefill_tiles(seq.data(), c.n);
       auto dtiles = upload(tiles);
       // q·scale and the weights as hi/lo parts (f32-level), or rounded to
-      // bf16 (bf16_inputs: about 2e-3 relative error per input, so 1e-2).
-      for (bool bf16_inputs : {false, true}) {
+      // bf16 (bf16_inputs: about 2e-3 relative error per input, so 1e-2);
+      // the bf16 kernel (attention_prefill_bf16) where it takes the shape.
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool bf16_inputs = variant > 0, bf16_kernel = variant == 2;
         cuda::PagedAttention gp = base;
         gp.bf16_inputs = bf16_inputs;
+        if (bf16_kernel && !cuda::attention_prefill_bf16_takes(gp, 0)) continue;
         const double tol = bf16_inputs ? 1e-2 : 5e-5;
-        const char* how = bf16_inputs ? " (bf16 inputs)" : "";
+        const char* how = bf16_kernel ? " (bf16 kernel)" : bf16_inputs ? " (bf16 inputs)" : "";
         cuda::DeviceBuffer dout(want.size() * sizeof(float)), twin(want.size() * 2);
         gp.out_bf16 = twin.as<uint16_t>();
-        cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), int64_t(tiles.size() / 2),
-                                gp, dout.as<float>(), nullptr);
+        const int64_t n_tiles = int64_t(tiles.size() / 2);
+        if (bf16_kernel)
+          cuda::attention_prefill_bf16(dq.as<float>(), at, dtiles.as<int32_t>(), n_tiles, gp,
+                                       dout.as<float>(), nullptr);
+        else
+          cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), n_tiles, gp,
+                                  dout.as<float>(), nullptr);
         const auto got = download<float>(dout, want.size());
         expect_twin(twin, got, std::string("prefill kernel") + how);
         size_t bad = 0;

@@ -22,6 +22,7 @@
 // operand without a trip through shared memory).
 #include <cfloat>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
@@ -253,22 +254,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       st ^= 1;
     }
   }
-  // Each row's sum over its 4 lanes; rows with no key give 0.
-#pragma unroll
-  for (int x = 1; x < 4; x <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
-  }
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-#pragma unroll
-  for (int n = 0; n < DV / 8; ++n) {
-    const int d = d0 + n * 8 + 2 * tq;
-    if (d >= Dh) break;
-    if (r0 < rows)
-      store_out2(p, out, int64_t(t0 + r0) * q_dim + h * Dh + d, o[n][0] * inv0, o[n][1] * inv0);
-    if (r1 < rows)
-      store_out2(p, out, int64_t(t0 + r1) * q_dim + h * Dh + d, o[n][2] * inv1, o[n][3] * inv1);
-  }
+  store_warp_rows(p, out, o, l0, l1, r0, rows, int64_t(t0) * q_dim + h * Dh + d0, q_dim, Dh - d0,
+                  tq);
 }
 
 // Output dims per block: each chunk recomputes the scores, so a head dim of
@@ -306,6 +293,14 @@ void launch_prefill(dim3 grid, size_t smem, const float* q, const StepLayout& at
     launch_prefill_typed<DV, true>(grid, smem, q, at, p, tiles, out, stream);
   else
     launch_prefill_typed<DV, false>(grid, smem, q, at, p, tiles, out, stream);
+}
+
+// UNFINISHED: attention_prefill_bf16 has not run on a GPU yet, so it takes
+// the shapes it can only with TANDEM_CUDA_PREFILL_BF16=1 (read at each
+// launch, so a test or benchmark can turn it on).
+bool prefill_bf16_enabled() {
+  const char* e = std::getenv("TANDEM_CUDA_PREFILL_BF16");
+  return e && e[0] == '1' && e[1] == 0;
 }
 
 }  // namespace
@@ -348,6 +343,10 @@ void attention_prefill(const float* q, const StepLayout& at, const int32_t* tile
          (long long)p.head_dim, (long long)p.heads, (long long)p.kv_heads);
   if (p.block_size <= 0 || (p.block_size & (p.block_size - 1)) != 0)
     fail("attention_prefill: block_size %lld is not a power of two", (long long)p.block_size);
+  if (prefill_bf16_enabled() && attention_prefill_bf16_takes(p, device)) {
+    attention_prefill_bf16(q, at, tiles, n_tiles, p, out, stream);
+    return;
+  }
   PagedAttention pp = p;
   pp.block_shift = 0;
   while ((int64_t(1) << pp.block_shift) < p.block_size) ++pp.block_shift;

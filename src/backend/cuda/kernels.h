@@ -262,6 +262,15 @@ int attention_decode_chunked_warps(int64_t head_dim);  // 8, or 4 at head dim 64
 void attention_prefill(const float* q, const StepLayout& at, const int32_t* tiles, int64_t n_tiles,
                        const PagedAttention& p, float* out, cudaStream_t stream);
 bool attention_prefill_supported(int64_t head_dim, int device);
+// The same contract for the CUDA defaults (p.kv_bf16 and p.bf16_inputs) at
+// head dims 64 and 128, one tensor-core product per product, built for
+// throughput (attention_prefill_bf16.cu). UNFINISHED: not yet run on a GPU,
+// so attention_prefill hands it these shapes only with
+// TANDEM_CUDA_PREFILL_BF16=1; the GPU tests call it directly.
+void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t* tiles,
+                            int64_t n_tiles, const PagedAttention& p, float* out,
+                            cudaStream_t stream);
+bool attention_prefill_bf16_takes(const PagedAttention& p, int device);
 // Query tiles for n step tokens whose sequences are seq[0..n): runs of the
 // same sequence, cut every 64 tokens, as (first, end) pairs.
 std::vector<int32_t> attention_prefill_tiles(const int32_t* seq, int64_t n);

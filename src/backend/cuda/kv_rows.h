@@ -26,6 +26,32 @@ __device__ __forceinline__ void store_out2(const PagedAttention& p, float* out, 
     *reinterpret_cast<uint32_t*>(p.out_bf16 + i) = bf16_bits(a) | (bf16_bits(b) << 16);
 }
 
+// The end of a warp's flash-attention pass over 16 query rows (mma.h's
+// fragment layout): each row's sum l over its 4 lanes, then this lane's
+// rows r0 (o[n][0..1]) and r0 + 8 (o[n][2..3]) that are below `rows`,
+// normalized by their sums (rows with no key give 0), to out[first + r ·
+// pitch + 8n + 2tq] for the n where 8n + 2tq < dims.
+template <int NO>
+__device__ __forceinline__ void store_warp_rows(const PagedAttention& p, float* out,
+                                                const float (&o)[NO][4], float l0, float l1, int r0,
+                                                int rows, int64_t first, int64_t pitch, int dims,
+                                                int tq) {
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+  }
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  const int64_t at0 = first + r0 * pitch, at1 = at0 + 8 * pitch;
+#pragma unroll
+  for (int n = 0; n < NO; ++n) {
+    const int d = n * 8 + 2 * tq;
+    if (d >= dims) break;
+    if (r0 < rows) store_out2(p, out, at0 + d, o[n][0] * inv0, o[n][1] * inv0);
+    if (r0 + 8 < rows) store_out2(p, out, at1 + d, o[n][2] * inv1, o[n][3] * inv1);
+  }
+}
+
 // A sequence's rows of one kv head in a layer's paged storage: key j is row
 // j % block_size of block table[j / block_size] (the table already shifted
 // by the sequence's first block on sliding layers), at `head_offset` values

@@ -238,11 +238,27 @@ __device__ __forceinline__ void warp_scores(float (&s)[NT][4], const uint16_t* q
   }
 }
 
+// 2^x on the special-function unit (inputs below -126 give 0, -inf gives 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// e^x, or 2^x when the scores are in log2 units (LOG2).
+template <bool LOG2>
+__device__ __forceinline__ float softmax_exp(float x) {
+  if constexpr (LOG2)
+    return exp2_approx(x);
+  else
+    return expf(x);
+}
+
 // The online softmax over a tile of masked scores (masked: -inf): raises
 // the rows' running max m0, m1, rescales their sums l0, l1 (this lane's
 // part) and outputs o, and turns s into the weights exp(s - max). A row's 4
-// lanes share its max.
-template <int NT, int NO>
+// lanes share its max. LOG2: scores, and so m0, m1, are in log2 units (the
+// caller folded log2(e) into them), the weights 2^(s - max), one ex2 each.
+template <int NT, int NO, bool LOG2 = false>
 __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[NO][4], float& m0,
                                                float& m1, float& l0, float& l1) {
   float mx0 = -FLT_MAX, mx1 = -FLT_MAX;
@@ -257,7 +273,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[NO]
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
   }
   const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-  const float c0 = expf(m0 - n0), c1 = expf(m1 - n1);  // 1 while a row has seen nothing
+  const float c0 = softmax_exp<LOG2>(m0 - n0),
+              c1 = softmax_exp<LOG2>(m1 - n1);  // 1 while a row has seen nothing
   m0 = n0;
   m1 = n1;
   l0 *= c0;
@@ -271,10 +288,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[NO]
   }
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
-    s[n][0] = expf(s[n][0] - n0);  // masked: exp(-inf) = 0
-    s[n][1] = expf(s[n][1] - n0);
-    s[n][2] = expf(s[n][2] - n1);
-    s[n][3] = expf(s[n][3] - n1);
+    s[n][0] = softmax_exp<LOG2>(s[n][0] - n0);  // masked: exp(-inf) = 0
+    s[n][1] = softmax_exp<LOG2>(s[n][1] - n0);
+    s[n][2] = softmax_exp<LOG2>(s[n][2] - n1);
+    s[n][3] = softmax_exp<LOG2>(s[n][3] - n1);
     l0 += s[n][0] + s[n][1];
     l1 += s[n][2] + s[n][3];
   }

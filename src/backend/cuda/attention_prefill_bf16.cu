@@ -1,0 +1,300 @@
+// Prefill attention for the CUDA defaults — bf16 KV rows and bf16 inputs
+// (PagedAttention::kv_bf16 and bf16_inputs) — at head dims 64 and 128: the
+// contract of attention_prefill (backend/cuda/kernels.h) with one
+// tensor-core product per product, built for throughput where
+// attention_prefill.cu's kernel is built for its hi/lo numerics:
+//
+// - key tiles of 64 rows (32 there): half the barriers, copies issued and
+//   softmax rescales per key;
+// - each warp's q·scale fragments stay in registers for the whole pass (no
+//   shared-memory round trip per tile), loaded straight from q;
+// - scores in log2 units (log2(e) folded into q·scale, or into the
+//   soft-cap's factor), so the softmax takes one ex2 per weight;
+// - the mask is evaluated only on tiles that straddle a row's key range;
+// - the latest query tiles (the most keys under a causal mask) start first
+//   and a tile's query heads are neighbours in the grid (their kv head's
+//   rows stay in L2).
+//
+// UNFINISHED: written in a session without a GPU; attention_prefill takes
+// it only with TANDEM_CUDA_PREFILL_BF16=1 until the GPU tests
+// (CudaAttention.PagedAttentionMatchesCpu and
+// PrefillBf16KernelMatchesCpu call it directly) and the prefill benchmark
+// have run it.
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_rows.h"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/mma.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kRows = 16 * kWarps;  // query rows per block: attention_prefill_tiles cuts 64
+static_assert(kRows == 64, "a warp per 16 rows of a 64-token tile");
+constexpr int kKeys = 64;  // keys per tile
+constexpr int kPad = 8;    // bf16 row padding: ldmatrix rows hit distinct banks
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Shared memory: two stages of K and V tiles, rows of keys [kKeys][D + kPad].
+constexpr size_t smem_bytes(int d) {
+  return size_t(2) * 2 * kKeys * (d + kPad) * sizeof(uint16_t);
+}
+
+// lo, hi rounded to bf16 (nearest even) as one mma operand register, lo in
+// the low half.
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+  return r;
+}
+
+__device__ __forceinline__ int warp_min(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ int warp_max(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Keys [kb, kb + kKeys) of the sequence's kv head into stage `st` as stored,
+// 16 bytes a copy, one row offset per (key, column) for both K and V;
+// keys outside [range_lo, key_hi) are zeros and never read. One cp.async
+// group.
+template <int D>
+__device__ __forceinline__ void fill_tile(const PagedRows& rows, const PagedAttention& p,
+                                          uint16_t* k_smem, uint16_t* v_smem, int range_lo,
+                                          int key_hi, int kb, int st) {
+  constexpr int kp = D + kPad, chunks = D / 8;
+  const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
+  const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
+  uint16_t* ks = k_smem + st * kKeys * kp;
+  uint16_t* vs = v_smem + st * kKeys * kp;
+  static_assert(kKeys * chunks % (kWarps * 32) == 0, "whole copy rounds");
+#pragma unroll
+  for (int round = 0; round < kKeys * chunks / (kWarps * 32); ++round) {
+    const int i = int(threadIdx.x) + round * kWarps * 32;
+    const int key = i / chunks, c = 8 * (i % chunks), j = kb + key;
+    const bool ok = j >= range_lo && j < key_hi;
+    const size_t row = ok ? rows.row(j) + size_t(c) : 0;
+    cp_async16(ks + key * kp + c, kbase + row, ok);
+    cp_async16(vs + key * kp + c, vbase + row, ok);
+  }
+  cp_async_commit();
+}
+
+// Blocks an SM should hold at once (the register cap the compiler gets):
+// 4 at head dim 64 (16 warps), 2 at 128, whose 64 output accumulators,
+// 32 q registers and 32 scores a thread leave no room for more.
+template <int D>
+constexpr int kBlocksPerSm = D == 64 ? 4 : 2;
+
+// grid: (heads, tiles); block (h, y) takes query tile n_tiles - 1 - y.
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
+    prefill_attention_bf16_kernel(const float* q, StepLayout at, PagedAttention p,
+                                  const int32_t* __restrict__ tiles, float* __restrict__ out) {
+  extern __shared__ __align__(16) uint8_t shared_raw[];
+  __shared__ int warp_range[2][kWarps];
+  pdl_launch_dependents();
+  pdl_wait();
+  constexpr int kp = D + kPad, NT = kKeys / 8, NO = D / 8, KS = D / 16;
+  uint16_t* k_smem = reinterpret_cast<uint16_t*>(shared_raw);
+  uint16_t* v_smem = k_smem + 2 * kKeys * kp;
+  const int tile = int(gridDim.y - 1 - blockIdx.y);
+  const int t0 = tiles[2 * tile], rows = tiles[2 * tile + 1] - t0;
+  const int h = int(blockIdx.x), kvh = h / int(p.heads / p.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, tq = lane % 4;      // mma fragment coordinates
+  const int mat = lane / 8, mrow = lane % 8;  // ldmatrix: lane l gives row l % 8 of matrix l / 8
+  const int q_dim = int(p.heads) * D;
+  const bool capped = p.softcap > 0.f;
+  // Scores come out in log2 units: log2(e) rides on q·scale, or on the
+  // soft-cap's outer factor (the cap itself acts on natural units).
+  const float q_scale = capped ? p.scale : p.scale * kLog2e;
+  const float cap_out = p.softcap * kLog2e, cap_in = capped ? 1.f / p.softcap : 0.f;
+
+  // This lane's rows r0 = g and r1 = g + 8 of the warp's 16: key ranges
+  // (rows past the tile: none) and q·scale as A fragments, for every
+  // 16-dim step of the head.
+  const int r0 = warp * 16 + g, r1 = r0 + 8;
+  int lo0 = 0, hi0 = 0, lo1 = 0, hi1 = 0;
+  if (r0 < rows) {
+    lo0 = int(first_key(at, p, t0 + r0));
+    hi0 = int(at.key_end[t0 + r0]);
+  }
+  if (r1 < rows) {
+    lo1 = int(first_key(at, p, t0 + r1));
+    hi1 = int(at.key_end[t0 + r1]);
+  }
+  uint32_t qa[KS][4];
+  {
+    const float* q0 = q + size_t(t0 + r0) * q_dim + h * D + 2 * tq;
+    const float* q1 = q0 + size_t(8) * q_dim;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      float2 a = make_float2(0.f, 0.f), b = a, c = a, d = a;
+      if (r0 < rows) {
+        a = *reinterpret_cast<const float2*>(q0 + 16 * ks);
+        c = *reinterpret_cast<const float2*>(q0 + 16 * ks + 8);
+      }
+      if (r1 < rows) {
+        b = *reinterpret_cast<const float2*>(q1 + 16 * ks);
+        d = *reinterpret_cast<const float2*>(q1 + 16 * ks + 8);
+      }
+      qa[ks][0] = bf16x2(a.x * q_scale, a.y * q_scale);
+      qa[ks][1] = bf16x2(b.x * q_scale, b.y * q_scale);
+      qa[ks][2] = bf16x2(c.x * q_scale, c.y * q_scale);
+      qa[ks][3] = bf16x2(d.x * q_scale, d.y * q_scale);
+    }
+  }
+  // The warp's rows that see keys: the union of their ranges (tiles outside
+  // it are skipped) and their intersection (tiles inside it need no mask).
+  const bool has0 = hi0 > lo0, has1 = hi1 > lo1;
+  const int warp_lo = warp_min(min(has0 ? lo0 : INT_MAX, has1 ? lo1 : INT_MAX));
+  const int warp_hi = warp_max(max(has0 ? hi0 : 0, has1 ? hi1 : 0));
+  const int all_lo = warp_max(max(has0 ? lo0 : 0, has1 ? lo1 : 0));
+  const int all_hi = warp_min(min(has0 ? hi0 : INT_MAX, has1 ? hi1 : INT_MAX));
+  if (lane == 0) {
+    warp_range[0][warp] = warp_lo;
+    warp_range[1][warp] = warp_hi;
+  }
+  __syncthreads();
+  int range_lo = INT_MAX, key_hi = 0;  // the block's keys
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    range_lo = min(range_lo, warp_range[0][w]);
+    key_hi = max(key_hi, warp_range[1][w]);
+  }
+  // Tiles start at multiples of kKeys; keys below range_lo are never read (a
+  // sliding layer's table may no longer hold their blocks).
+  const int key_lo = range_lo >= key_hi ? key_hi : range_lo / kKeys * kKeys;
+  const PagedRows src = paged_rows(at, p, t0, kvh);
+
+  float o[NO][4];
+#pragma unroll
+  for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // log2 units; this lane's part of l
+
+  int st = 0;  // the stage holding the current tile
+  if (key_lo < key_hi) fill_tile<D>(src, p, k_smem, v_smem, range_lo, key_hi, key_lo, 0);
+  for (int kb = key_lo; kb < key_hi; kb += kKeys) {
+    if (kb + kKeys < key_hi) {
+      fill_tile<D>(src, p, k_smem, v_smem, range_lo, key_hi, kb + kKeys, st ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* ks_tile = k_smem + st * kKeys * kp;
+    const uint16_t* vs_tile = v_smem + st * kKeys * kp;
+    if (kb < warp_hi && kb + kKeys > warp_lo) {  // some key of this tile for these rows
+      // S = q · kᵀ for the warp's 16 rows and the tile's 64 keys: two key
+      // n-tiles' B fragments per ldmatrix_x4 (keys + 8 · (mat / 2), dims +
+      // 8 · (mat % 2)).
+      float s[NT][4];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, ks_tile + (np * 16 + 8 * (mat / 2) + mrow) * kp + ks * 16 + 8 * (mat % 2));
+          mma(s[2 * np], qa[ks], b[0], b[1]);
+          mma(s[2 * np + 1], qa[ks], b[2], b[3]);
+        }
+      if (capped) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[n][e] = cap_out * tanhf(s[n][e] * cap_in);
+      }
+      // Rows r0 (s[n][0..1]) and r1 (s[n][2..3]) keep keys of their range.
+      if (!(kb >= all_lo && kb + kKeys <= all_hi)) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = kb + n * 8 + 2 * tq + (e & 1);
+            const bool ok = e < 2 ? key >= lo0 && key < hi0 : key >= lo1 && key < hi1;
+            if (!ok) s[n][e] = -INFINITY;
+          }
+      }
+      online_softmax<NT, NO, true>(s, o, m0, m1, l0, l1);  // in log2 units
+      // O += P · V: the weights of key n-tiles 2kk, 2kk + 1 are the A
+      // operand of keys [16kk, 16kk + 16); V's B fragments transposed by
+      // ldmatrix (keys + 8 · (mat % 2), dims + 8 · (mat / 2)).
+#pragma unroll
+      for (int kk = 0; kk < NT / 2; ++kk) {
+        const uint32_t pa[4] = {
+            bf16x2(s[2 * kk][0], s[2 * kk][1]), bf16x2(s[2 * kk][2], s[2 * kk][3]),
+            bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]), bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int nd = 0; nd < NO / 2; ++nd) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(
+              b, vs_tile + (kk * 16 + 8 * (mat % 2) + mrow) * kp + nd * 16 + 8 * (mat / 2));
+          mma(o[2 * nd], pa, b[0], b[1]);
+          mma(o[2 * nd + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with stage st before it is refilled
+    st ^= 1;
+  }
+  store_warp_rows(p, out, o, l0, l1, r0, rows, int64_t(t0) * q_dim + h * D, q_dim, D, tq);
+}
+
+template <int D>
+void launch_bf16_kernel(int64_t n_tiles, const float* q, const StepLayout& at,
+                        const PagedAttention& p, const int32_t* tiles, float* out,
+                        cudaStream_t stream) {
+  const auto kernel = prefill_attention_bf16_kernel<D>;
+  allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
+  const dim3 grid{unsigned(p.heads), unsigned(n_tiles)};
+  launch(kernel, grid, kWarps * 32, smem_bytes(D), stream, q, at, p, tiles, out);
+}
+
+}  // namespace
+
+bool attention_prefill_bf16_takes(const PagedAttention& p, int device) {
+  if (!p.kv_bf16 || !p.bf16_inputs || (p.head_dim != 64 && p.head_dim != 128)) return false;
+  const LaunchLimits limits = launch_limits(device);
+  return limits.cc_major >= 8 && smem_bytes(int(p.head_dim)) <= limits.smem_optin;
+}
+
+void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t* tiles,
+                            int64_t n_tiles, const PagedAttention& p, float* out,
+                            cudaStream_t stream) {
+  if (n_tiles <= 0) return;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (!attention_prefill_bf16_takes(p, device) || p.kv_heads <= 0 || p.heads % p.kv_heads != 0)
+    fail(
+        "attention_prefill_bf16: head_dim %lld, heads %lld / kv_heads %lld, kv_bf16 %d, "
+        "bf16_inputs %d unsupported on this device",
+        (long long)p.head_dim, (long long)p.heads, (long long)p.kv_heads, int(p.kv_bf16),
+        int(p.bf16_inputs));
+  if (p.block_size <= 0 || (p.block_size & (p.block_size - 1)) != 0)
+    fail("attention_prefill_bf16: block_size %lld is not a power of two", (long long)p.block_size);
+  PagedAttention pp = p;
+  pp.block_shift = 0;
+  while ((int64_t(1) << pp.block_shift) < p.block_size) ++pp.block_shift;
+  if (p.head_dim == 64)
+    launch_bf16_kernel<64>(n_tiles, q, at, pp, tiles, out, stream);
+  else
+    launch_bf16_kernel<128>(n_tiles, q, at, pp, tiles, out, stream);
+}
+
+}  // namespace tandem::cuda
