@@ -2,6 +2,7 @@
 // command, and synth -> run on a random checkpoint.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -53,6 +54,36 @@ TEST(Cli, SynthWritesALoadableCheckpoint) {
                       "/x --dtype int4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--dtype"), std::string::npos) << r.err;
+}
+
+// bench's memory line adds up: peak RSS = weights + KV cache + other, each
+// term non-negative (a model whose mmapped weights are partly never read
+// gets the other form, with the unread amount instead of a negative rest).
+TEST(Cli, BenchMemoryLineAddsUp) {
+  auto r = run_tandem("bench " + fixture_dir("llama-f32") +
+                      " --tokens 2 --prompt-tokens 4 --device cpu --peak-gbs 10");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t at = r.out.find("memory       ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_EQ(line.find("-"), std::string::npos) << line;
+  double rss = 0, weights = 0, owned = 0, kv_mb = 0, other_mb = 0;
+  if (std::sscanf(line.c_str(),
+                  "memory       peak RSS %lf GB = weights %lf GB (%lf GB converted at load, the "
+                  "rest mmapped) + KV cache %lf MB + %lf MB other",
+                  &rss, &weights, &owned, &kv_mb, &other_mb) == 5) {
+    EXPECT_NEAR(rss * 1e3, weights * 1e3 + kv_mb + other_mb, 12.0) << line;
+  } else {
+    double mapped = 0, unread = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(),
+                          "memory       peak RSS %lf GB: weights %lf GB (%lf GB converted at load, "
+                          "%lf GB mmapped, at least %lf GB of it never read) + KV cache %lf MB",
+                          &rss, &weights, &owned, &mapped, &unread, &kv_mb),
+              6)
+        << line;
+    EXPECT_NEAR(weights, owned + mapped, 0.011) << line;
+    EXPECT_NEAR(unread * 1e3, weights * 1e3 + kv_mb - rss * 1e3, 12.0) << line;
+  }
 }
 
 TEST(Cli, SampledRunsAreReproducibleWithASeed) {
