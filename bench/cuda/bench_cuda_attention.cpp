@@ -1,17 +1,14 @@
 // Prefill attention on the GPU: one causal prompt of T tokens attended at
 // real models' head shapes, through the tensor-core prefill kernel
 // (attention_prefill, over q and weights as bf16 hi/lo parts and rounded to
-// bf16), its bf16 variant (attention_prefill_bf16, bf16 rows at head dims
-// 64 and 128) and the decode kernel (attention_paged, one block per token
-// and kv head), timed with CUDA events. Prints ms and useful TFLOP/s
-// (causal: 2 · T² · head_dim · heads multiply-adds, q·k and p·v, counted
-// once: the kernel's bf16 hi/lo products do three mma per product). Then
-// decode: one token attending a context of 1,024 or 4,096 keys through the
-// decode kernel with the split count the decoder uses (and its combine),
-// in µs per call and GB/s of K/V read; and 64 sequences of 1,024 keys each
-// decoding together. Every figure over f32 rows and over bf16 ones (the
-// default on CUDA); decode over bf16 rows through both kernels (CUDA cores,
-// and tensor cores where attention_decode_mma_supported).
+// bf16), its bf16 variant (attention_prefill_bf16, bf16 rows) and the decode kernel
+// (attention_paged, one block per token and kv head), timed with CUDA events. Prints ms and useful
+// TFLOP/s (causal: 2 · T² · head_dim · heads multiply-adds, q·k and p·v, counted once: the kernel's
+// bf16 hi/lo products do three mma per product). Then decode: one token attending a context of
+// 1,024 or 4,096 keys through the decode kernel with the split count the decoder uses (and its
+// combine), in µs per call and GB/s of K/V read; and 64 sequences of 1,024 keys each decoding
+// together. Every figure over f32 rows and over bf16 ones (the default on CUDA); decode over bf16
+// rows through both kernels (CUDA cores, and tensor cores where attention_decode_mma_supported).
 //
 //   bench_cuda_attention [--json]
 #include <cuda_runtime_api.h>

@@ -1,13 +1,16 @@
 // Prefill attention for the CUDA defaults — bf16 KV rows and bf16 inputs
-// (PagedAttention::kv_bf16 and bf16_inputs) — at head dims 64 and 128: the
-// contract of attention_prefill (backend/cuda/kernels.h) with one
+// (PagedAttention::kv_bf16 and bf16_inputs) — at head dims 64, 128, 256 and
+// 512: the contract of attention_prefill (backend/cuda/kernels.h) with one
 // tensor-core product per product, built for throughput where
 // attention_prefill.cu's kernel is built for its hi/lo numerics:
 //
-// - key tiles of 64 rows (32 there): half the barriers, copies issued and
-//   softmax rescales per key;
-// - each warp's q·scale fragments stay in registers for the whole pass (no
-//   shared-memory round trip per tile), loaded straight from q;
+// - key tiles of 64 rows at head dims 64 and 128 (32 there): half the
+//   barriers, copies issued and softmax rescales per key;
+// - at those dims each warp's q·scale fragments stay in registers for the
+//   whole pass, loaded straight from q (at 256 and 512, in shared memory,
+//   staged by the warp that reads them, with no block barrier);
+// - 256 output dims a block at head dim 512 (128 there), so its scores
+//   are computed twice, not four times;
 // - scores in log2 units (log2(e) folded into q·scale, or into the
 //   soft-cap's factor), so the softmax takes one ex2 per weight;
 // - the mask is evaluated only on tiles that straddle a row's key range;
@@ -17,9 +20,8 @@
 //
 // UNFINISHED: written in a session without a GPU; attention_prefill takes
 // it only with TANDEM_CUDA_PREFILL_BF16=1 until the GPU tests
-// (CudaAttention.PagedAttentionMatchesCpu and
-// PrefillBf16KernelMatchesCpu call it directly) and the prefill benchmark
-// have run it.
+// (CudaAttention.PagedAttentionMatchesCpu calls it directly) and the
+// prefill benchmark have run it (scripts/gpu-opt-in.sh).
 #include <cfloat>
 #include <climits>
 #include <cstdint>
@@ -37,13 +39,45 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kRows = 16 * kWarps;  // query rows per block: attention_prefill_tiles cuts 64
 static_assert(kRows == 64, "a warp per 16 rows of a 64-token tile");
-constexpr int kKeys = 64;  // keys per tile
-constexpr int kPad = 8;    // bf16 row padding: ldmatrix rows hit distinct banks
+constexpr int kPad = 8;  // bf16 row padding: ldmatrix rows hit distinct banks
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Shared memory: two stages of K and V tiles, rows of keys [kKeys][D + kPad].
-constexpr size_t smem_bytes(int d) {
-  return size_t(2) * 2 * kKeys * (d + kPad) * sizeof(uint16_t);
+// A head dim's kernel: D dims, DV output dims a block (D / DV blocks per
+// (tile, head), each recomputing the scores), KEYS keys a tile, and whether
+// q·scale stays in registers (QREG) or in shared memory — at 256 and 512
+// the 128 accumulators of 256 output dims leave no room for it. BLOCKS:
+// the blocks an SM should hold (the register cap the compiler gets).
+template <int D>
+struct Shape;
+template <>
+struct Shape<64> {
+  static constexpr int DV = 64, KEYS = 64, BLOCKS = 4;
+  static constexpr bool QREG = true;
+};
+template <>
+struct Shape<128> {
+  static constexpr int DV = 128, KEYS = 64, BLOCKS = 2;
+  static constexpr bool QREG = true;
+};
+template <>
+struct Shape<256> {
+  static constexpr int DV = 256, KEYS = 32, BLOCKS = 2;
+  static constexpr bool QREG = false;
+};
+template <>
+struct Shape<512> {
+  static constexpr int DV = 256, KEYS = 32, BLOCKS = 1;
+  static constexpr bool QREG = false;
+};
+
+// Shared memory: q·scale ([kRows][D + kPad], unless QREG), then two stages
+// of K ([KEYS][D + kPad]) and of V ([KEYS][DV + kPad]).
+template <int D>
+constexpr size_t smem_bytes() {
+  using S = Shape<D>;
+  const size_t q = S::QREG ? 0 : size_t(kRows) * (D + kPad);
+  return (q + size_t(2) * S::KEYS * (D + kPad) + size_t(2) * S::KEYS * (S::DV + kPad)) *
+         sizeof(uint16_t);
 }
 
 // lo, hi rounded to bf16 (nearest even) as one mma operand register, lo in
@@ -67,53 +101,57 @@ __device__ __forceinline__ int warp_max(int v) {
   return v;
 }
 
-// Keys [kb, kb + kKeys) of the sequence's kv head into stage `st` as stored,
-// 16 bytes a copy, one row offset per (key, column) for both K and V;
-// keys outside [range_lo, key_hi) are zeros and never read. One cp.async
-// group.
+// Keys [kb, kb + KEYS) of the sequence's kv head into stage `st` as stored
+// (K: all D dims; V: dims [d0, d0 + DV)), 16 bytes a copy, one paged row
+// lookup per key and column chunk; keys outside [range_lo, key_hi) are
+// zeros and never read. One cp.async group.
 template <int D>
 __device__ __forceinline__ void fill_tile(const PagedRows& rows, const PagedAttention& p,
                                           uint16_t* k_smem, uint16_t* v_smem, int range_lo,
-                                          int key_hi, int kb, int st) {
-  constexpr int kp = D + kPad, chunks = D / 8;
+                                          int key_hi, int kb, int d0, int st) {
+  using S = Shape<D>;
+  constexpr int kp = D + kPad, vp = S::DV + kPad, chunks = D / 8, v_chunks = S::DV / 8;
   const uint16_t* kbase = static_cast<const uint16_t*>(p.k_base);
   const uint16_t* vbase = static_cast<const uint16_t*>(p.v_base);
-  uint16_t* ks = k_smem + st * kKeys * kp;
-  uint16_t* vs = v_smem + st * kKeys * kp;
-  static_assert(kKeys * chunks % (kWarps * 32) == 0, "whole copy rounds");
+  uint16_t* ks = k_smem + st * S::KEYS * kp;
+  uint16_t* vs = v_smem + st * S::KEYS * vp;
+  static_assert(S::KEYS * chunks % (kWarps * 32) == 0, "whole copy rounds");
 #pragma unroll
-  for (int round = 0; round < kKeys * chunks / (kWarps * 32); ++round) {
+  for (int round = 0; round < S::KEYS * chunks / (kWarps * 32); ++round) {
     const int i = int(threadIdx.x) + round * kWarps * 32;
     const int key = i / chunks, c = 8 * (i % chunks), j = kb + key;
     const bool ok = j >= range_lo && j < key_hi;
-    const size_t row = ok ? rows.row(j) + size_t(c) : 0;
-    cp_async16(ks + key * kp + c, kbase + row, ok);
-    cp_async16(vs + key * kp + c, vbase + row, ok);
+    const size_t row = ok ? rows.row(j) : 0;
+    cp_async16(ks + key * kp + c, kbase + row + c, ok);
+    // The V chunk of these columns, when they are among the block's DV
+    // (all of them unless D > DV).
+    const int vc = c - d0;
+    if (vc >= 0 && vc < S::DV) cp_async16(vs + key * vp + vc, vbase + row + c, ok);
   }
+  static_assert(v_chunks <= chunks, "V's columns are a part of K's");
   cp_async_commit();
 }
 
-// Blocks an SM should hold at once (the register cap the compiler gets):
-// 4 at head dim 64 (16 warps), 2 at 128, whose 64 output accumulators,
-// 32 q registers and 32 scores a thread leave no room for more.
+// grid: (heads, tiles, D / DV); block (h, y, z) takes query tile
+// n_tiles - 1 - y and output dims [z · DV, (z + 1) · DV).
 template <int D>
-constexpr int kBlocksPerSm = D == 64 ? 4 : 2;
-
-// grid: (heads, tiles); block (h, y) takes query tile n_tiles - 1 - y.
-template <int D>
-__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
+__global__ void __launch_bounds__(kWarps * 32, Shape<D>::BLOCKS)
     prefill_attention_bf16_kernel(const float* q, StepLayout at, PagedAttention p,
                                   const int32_t* __restrict__ tiles, float* __restrict__ out) {
+  using S = Shape<D>;
+  constexpr int DV = S::DV, KEYS = S::KEYS;
+  constexpr int kp = D + kPad, vp = DV + kPad, NT = KEYS / 8, NO = DV / 8, KS = D / 16;
   extern __shared__ __align__(16) uint8_t shared_raw[];
   __shared__ int warp_range[2][kWarps];
   pdl_launch_dependents();
   pdl_wait();
-  constexpr int kp = D + kPad, NT = kKeys / 8, NO = D / 8, KS = D / 16;
-  uint16_t* k_smem = reinterpret_cast<uint16_t*>(shared_raw);
-  uint16_t* v_smem = k_smem + 2 * kKeys * kp;
+  uint16_t* q_smem = reinterpret_cast<uint16_t*>(shared_raw);  // unless QREG
+  uint16_t* k_smem = q_smem + (S::QREG ? 0 : kRows * kp);
+  uint16_t* v_smem = k_smem + 2 * KEYS * kp;
   const int tile = int(gridDim.y - 1 - blockIdx.y);
   const int t0 = tiles[2 * tile], rows = tiles[2 * tile + 1] - t0;
   const int h = int(blockIdx.x), kvh = h / int(p.heads / p.kv_heads);
+  const int d0 = int(blockIdx.z) * DV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, tq = lane % 4;      // mma fragment coordinates
   const int mat = lane / 8, mrow = lane % 8;  // ldmatrix: lane l gives row l % 8 of matrix l / 8
@@ -125,8 +163,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
   const float cap_out = p.softcap * kLog2e, cap_in = capped ? 1.f / p.softcap : 0.f;
 
   // This lane's rows r0 = g and r1 = g + 8 of the warp's 16: key ranges
-  // (rows past the tile: none) and q·scale as A fragments, for every
-  // 16-dim step of the head.
+  // (rows past the tile: none).
   const int r0 = warp * 16 + g, r1 = r0 + 8;
   int lo0 = 0, hi0 = 0, lo1 = 0, hi1 = 0;
   if (r0 < rows) {
@@ -137,8 +174,11 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
     lo1 = int(first_key(at, p, t0 + r1));
     hi1 = int(at.key_end[t0 + r1]);
   }
-  uint32_t qa[KS][4];
-  {
+  // q·scale in bf16 as A fragments for every 16-dim step of the head: in
+  // registers for the whole pass (QREG), else the warp's 16 rows in shared
+  // memory, which only this warp reads.
+  uint32_t qa[S::QREG ? KS : 1][4];
+  if constexpr (S::QREG) {
     const float* q0 = q + size_t(t0 + r0) * q_dim + h * D + 2 * tq;
     const float* q1 = q0 + size_t(8) * q_dim;
 #pragma unroll
@@ -157,7 +197,16 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
       qa[ks][2] = bf16x2(c.x * q_scale, c.y * q_scale);
       qa[ks][3] = bf16x2(d.x * q_scale, d.y * q_scale);
     }
+  } else {
+    for (int i = lane; i < 16 * (D / 2); i += 32) {
+      const int r = warp * 16 + i / (D / 2), c = 2 * (i % (D / 2));
+      float2 v = make_float2(0.f, 0.f);
+      if (r < rows) v = *reinterpret_cast<const float2*>(q + size_t(t0 + r) * q_dim + h * D + c);
+      *reinterpret_cast<uint32_t*>(q_smem + r * kp + c) = bf16x2(v.x * q_scale, v.y * q_scale);
+    }
+    __syncwarp();
   }
+  const uint16_t* qw = q_smem + (warp * 16 + g) * kp + 2 * tq;  // !QREG: row g's fragment words
   // The warp's rows that see keys: the union of their ranges (tiles outside
   // it are skipped) and their intersection (tiles inside it need no mask).
   const bool has0 = hi0 > lo0, has1 = hi1 > lo1;
@@ -176,9 +225,9 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
     range_lo = min(range_lo, warp_range[0][w]);
     key_hi = max(key_hi, warp_range[1][w]);
   }
-  // Tiles start at multiples of kKeys; keys below range_lo are never read (a
+  // Tiles start at multiples of KEYS; keys below range_lo are never read (a
   // sliding layer's table may no longer hold their blocks).
-  const int key_lo = range_lo >= key_hi ? key_hi : range_lo / kKeys * kKeys;
+  const int key_lo = range_lo >= key_hi ? key_hi : range_lo / KEYS * KEYS;
   const PagedRows src = paged_rows(at, p, t0, kvh);
 
   float o[NO][4];
@@ -187,33 +236,44 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
   float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.f, l1 = 0.f;  // log2 units; this lane's part of l
 
   int st = 0;  // the stage holding the current tile
-  if (key_lo < key_hi) fill_tile<D>(src, p, k_smem, v_smem, range_lo, key_hi, key_lo, 0);
-  for (int kb = key_lo; kb < key_hi; kb += kKeys) {
-    if (kb + kKeys < key_hi) {
-      fill_tile<D>(src, p, k_smem, v_smem, range_lo, key_hi, kb + kKeys, st ^ 1);
+  if (key_lo < key_hi) fill_tile<D>(src, p, k_smem, v_smem, range_lo, key_hi, key_lo, d0, 0);
+  for (int kb = key_lo; kb < key_hi; kb += KEYS) {
+    if (kb + KEYS < key_hi) {
+      fill_tile<D>(src, p, k_smem, v_smem, range_lo, key_hi, kb + KEYS, d0, st ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const uint16_t* ks_tile = k_smem + st * kKeys * kp;
-    const uint16_t* vs_tile = v_smem + st * kKeys * kp;
-    if (kb < warp_hi && kb + kKeys > warp_lo) {  // some key of this tile for these rows
-      // S = q · kᵀ for the warp's 16 rows and the tile's 64 keys: two key
+    const uint16_t* ks_tile = k_smem + st * KEYS * kp;
+    const uint16_t* vs_tile = v_smem + st * KEYS * vp;
+    if (kb < warp_hi && kb + KEYS > warp_lo) {  // some key of this tile for these rows
+      // S = q · kᵀ for the warp's 16 rows and the tile's keys: two key
       // n-tiles' B fragments per ldmatrix_x4 (keys + 8 · (mat / 2), dims +
       // 8 · (mat % 2)).
       float s[NT][4];
 #pragma unroll
       for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
+      for (int ks = 0; ks < KS; ++ks) {
+        uint32_t a[4];
+        if constexpr (S::QREG) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[e] = qa[ks][e];
+        } else {
+          a[0] = *reinterpret_cast<const uint32_t*>(qw + 16 * ks);
+          a[1] = *reinterpret_cast<const uint32_t*>(qw + 8 * kp + 16 * ks);
+          a[2] = *reinterpret_cast<const uint32_t*>(qw + 16 * ks + 8);
+          a[3] = *reinterpret_cast<const uint32_t*>(qw + 8 * kp + 16 * ks + 8);
+        }
 #pragma unroll
         for (int np = 0; np < NT / 2; ++np) {
           uint32_t b[4];
           ldmatrix_x4(b, ks_tile + (np * 16 + 8 * (mat / 2) + mrow) * kp + ks * 16 + 8 * (mat % 2));
-          mma(s[2 * np], qa[ks], b[0], b[1]);
-          mma(s[2 * np + 1], qa[ks], b[2], b[3]);
+          mma(s[2 * np], a, b[0], b[1]);
+          mma(s[2 * np + 1], a, b[2], b[3]);
         }
+      }
       if (capped) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
@@ -221,7 +281,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
           for (int e = 0; e < 4; ++e) s[n][e] = cap_out * tanhf(s[n][e] * cap_in);
       }
       // Rows r0 (s[n][0..1]) and r1 (s[n][2..3]) keep keys of their range.
-      if (!(kb >= all_lo && kb + kKeys <= all_hi)) {
+      if (!(kb >= all_lo && kb + KEYS <= all_hi)) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -244,7 +304,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
         for (int nd = 0; nd < NO / 2; ++nd) {
           uint32_t b[4];
           ldmatrix_x4_trans(
-              b, vs_tile + (kk * 16 + 8 * (mat % 2) + mrow) * kp + nd * 16 + 8 * (mat / 2));
+              b, vs_tile + (kk * 16 + 8 * (mat % 2) + mrow) * vp + nd * 16 + 8 * (mat / 2));
           mma(o[2 * nd], pa, b[0], b[1]);
           mma(o[2 * nd + 1], pa, b[2], b[3]);
         }
@@ -253,7 +313,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm<D>)
     __syncthreads();  // every warp is done with stage st before it is refilled
     st ^= 1;
   }
-  store_warp_rows(p, out, o, l0, l1, r0, rows, int64_t(t0) * q_dim + h * D, q_dim, D, tq);
+  store_warp_rows(p, out, o, l0, l1, r0, rows, int64_t(t0) * q_dim + h * D + d0, q_dim, DV, tq);
 }
 
 template <int D>
@@ -262,16 +322,27 @@ void launch_bf16_kernel(int64_t n_tiles, const float* q, const StepLayout& at,
                         cudaStream_t stream) {
   const auto kernel = prefill_attention_bf16_kernel<D>;
   allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
-  const dim3 grid{unsigned(p.heads), unsigned(n_tiles)};
-  launch(kernel, grid, kWarps * 32, smem_bytes(D), stream, q, at, p, tiles, out);
+  const dim3 grid{unsigned(p.heads), unsigned(n_tiles), unsigned(D / Shape<D>::DV)};
+  launch(kernel, grid, kWarps * 32, smem_bytes<D>(), stream, q, at, p, tiles, out);
+}
+
+size_t smem_for(int64_t head_dim) {
+  switch (head_dim) {
+    case 64: return smem_bytes<64>();
+    case 128: return smem_bytes<128>();
+    case 256: return smem_bytes<256>();
+    case 512: return smem_bytes<512>();
+    default: return 0;
+  }
 }
 
 }  // namespace
 
 bool attention_prefill_bf16_takes(const PagedAttention& p, int device) {
-  if (!p.kv_bf16 || !p.bf16_inputs || (p.head_dim != 64 && p.head_dim != 128)) return false;
+  const size_t smem = smem_for(p.head_dim);
+  if (!p.kv_bf16 || !p.bf16_inputs || smem == 0) return false;
   const LaunchLimits limits = launch_limits(device);
-  return limits.cc_major >= 8 && smem_bytes(int(p.head_dim)) <= limits.smem_optin;
+  return limits.cc_major >= 8 && smem <= limits.smem_optin;
 }
 
 void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t* tiles,
@@ -291,10 +362,12 @@ void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t*
   PagedAttention pp = p;
   pp.block_shift = 0;
   while ((int64_t(1) << pp.block_shift) < p.block_size) ++pp.block_shift;
-  if (p.head_dim == 64)
-    launch_bf16_kernel<64>(n_tiles, q, at, pp, tiles, out, stream);
-  else
-    launch_bf16_kernel<128>(n_tiles, q, at, pp, tiles, out, stream);
+  switch (p.head_dim) {
+    case 64: launch_bf16_kernel<64>(n_tiles, q, at, pp, tiles, out, stream); break;
+    case 128: launch_bf16_kernel<128>(n_tiles, q, at, pp, tiles, out, stream); break;
+    case 256: launch_bf16_kernel<256>(n_tiles, q, at, pp, tiles, out, stream); break;
+    default: launch_bf16_kernel<512>(n_tiles, q, at, pp, tiles, out, stream); break;
+  }
 }
 
 }  // namespace tandem::cuda

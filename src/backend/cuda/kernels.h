@@ -263,7 +263,7 @@ void attention_prefill(const float* q, const StepLayout& at, const int32_t* tile
                        const PagedAttention& p, float* out, cudaStream_t stream);
 bool attention_prefill_supported(int64_t head_dim, int device);
 // The same contract for the CUDA defaults (p.kv_bf16 and p.bf16_inputs) at
-// head dims 64 and 128, one tensor-core product per product, built for
+// head dims 64, 128, 256 and 512, one tensor-core product per product, built for
 // throughput (attention_prefill_bf16.cu). UNFINISHED: not yet run on a GPU,
 // so attention_prefill hands it these shapes only with
 // TANDEM_CUDA_PREFILL_BF16=1; the GPU tests call it directly.
