@@ -12,7 +12,9 @@
 # fixtures, greedy continuations, chunked prefill — with every opt-in path
 # on), OUT_DIR/prefill.jsonl (prefill of 4,096 tokens on each model shape:
 # defaults, each opt-in path alone, all of them; the "opt_in" field says
-# which) and OUT_DIR/attention.txt (the prefill attention kernels alone).
+# which), OUT_DIR/decode.jsonl (Gemma 4's decode at 1 and 2 sequences with
+# and without its fused per-layer block) and OUT_DIR/attention.txt (the
+# prefill attention kernels alone).
 # Exit status: non-zero when a test failed.
 set -u
 build=$1
@@ -22,7 +24,7 @@ mkdir -p "$out"
 TANDEM_SOURCE_DIR=$(pwd)
 export TANDEM_SOURCE_DIR
 status=0
-paths="TANDEM_CUDA_PREFILL_BF16 TANDEM_CUDA_QKV_POST_WARPS TANDEM_CUDA_GATED_VEC4"
+paths="TANDEM_CUDA_PREFILL_BF16 TANDEM_CUDA_QKV_POST_WARPS TANDEM_CUDA_GATED_VEC4 TANDEM_CUDA_FUSE_PLE"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 timeout 300 "$build/tandem_cuda_tests" >"$out/tests.log" 2>&1 || status=1
@@ -47,6 +49,14 @@ for m in llama-3.2-1b qwen3-1.7b ministral-3-3b gemma-3-1b gemma-4-e2b; do
   done
   (for v in $paths; do export "$v=1"; done && bench all "$@")
 done >"$out/prefill.jsonl" 2>"$out/prefill-stderr.log"
+
+# Gemma 4's fused per-layer block is a decode-step change: batch 1 and 2
+# sequences (the fused steps), context 128, without and with it.
+for b in 1 2; do
+  set -- bench/configs/gemma-4-e2b.json --context 128 --tokens 128 --prefill 16 --batch $b
+  bench none "$@"
+  (export TANDEM_CUDA_FUSE_PLE=1 && bench TANDEM_CUDA_FUSE_PLE "$@")
+done >"$out/decode.jsonl" 2>"$out/decode-stderr.log"
 
 [ -x "$build/bench_cuda_attention" ] &&
   timeout 180 "$build/bench_cuda_attention" >"$out/attention.txt" 2>&1

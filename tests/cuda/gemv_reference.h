@@ -27,10 +27,20 @@ struct HostFusion {
   bool accumulate = false;         // y starts as `base` (random) and is added to
   cuda::GemvGate gate = cuda::GemvGate::None;
   float eps = 1e-6f;
-  // GemvFusion::pre_add: the input is x + rmsnorm(pre_add) · pre_add_weight
-  // (pre_add: [n, cols], random), also written to residual_out.
+  // GemvFusion::pre_add: the input is (x + rmsnorm(pre_add) ·
+  // pre_add_weight) · pre_add_scale (pre_add: [n, cols], random), also
+  // written to residual_out.
   std::vector<float> pre_add, pre_add_weight;
+  float pre_add_scale = 1.f;
+  // GemvFusion::times: y = times_act(result) · times[t · times_stride + r]
+  // (times: kTimesRows rows of times_stride, random).
+  std::vector<float> times;
+  int64_t times_stride = 0;
+  cuda::GemvGate times_act = cuda::GemvGate::None;
 };
+
+// Batch rows a case's `times` vector covers (the tests' largest batch).
+constexpr int64_t kTimesRows = 16;
 
 // The fusions every GEMV test runs, for a matrix of `rows` x `cols`.
 inline std::vector<HostFusion> fusion_cases(int64_t rows, int64_t cols) {
@@ -51,6 +61,13 @@ inline std::vector<HostFusion> fusion_cases(int64_t rows, int64_t cols) {
   out[4].normalize = true;
   out[4].norm_weight = random_floats(size_t(cols), 14, 1.f);
   out[4].accumulate = true;
+  // Gemma 4's per-layer gate: rows of a wider per-token vector (stride).
+  HostFusion& times = out.emplace_back();
+  times.name = "bias + gelu times a per-token vector";
+  times.bias = random_floats(size_t(rows), 19, 0.5f);
+  times.times_stride = rows + 5;
+  times.times = random_floats(size_t(kTimesRows * times.times_stride), 20, 2.f);
+  times.times_act = cuda::GemvGate::GeluTanh;
   if (rows % 2 != 0)  // the gated cases need gate and up halves
     std::erase_if(out, [](const HostFusion& c) { return c.gate != cuda::GemvGate::None; });
   return out;
@@ -59,11 +76,13 @@ inline std::vector<HostFusion> fusion_cases(int64_t rows, int64_t cols) {
 // The sandwich-norm cases (GemvFusion::pre_add) for n batch rows of `cols`:
 // gemv_bf16 only (cols % 8 == 0, n ≤ kGemvPreAddMaxRows).
 inline std::vector<HostFusion> pre_add_cases(int64_t rows, int64_t cols, int64_t n) {
-  std::vector<HostFusion> out(2);
+  std::vector<HostFusion> out(3);
   out[0].name = "pre_add + norm + gelu gate";
   out[0].gate = cuda::GemvGate::GeluTanh;
   out[1].name = "pre_add + norm + bias";
   out[1].bias = random_floats(size_t(rows), 15, 0.5f);
+  out[2].name = "pre_add scaled (Gemma 4's layer scalar) + norm";
+  out[2].pre_add_scale = 0.37f;
   for (HostFusion& f : out) {
     f.normalize = true;
     f.norm_weight = random_floats(size_t(cols), 16, 1.f);
@@ -76,7 +95,7 @@ inline std::vector<HostFusion> pre_add_cases(int64_t rows, int64_t cols, int64_t
 
 // Device copies of a case's vectors, alive as long as the GemvFusion.
 struct DeviceFusion {
-  cuda::DeviceBuffer norm_weight, bias, pre_add, pre_add_weight, residual_out;
+  cuda::DeviceBuffer norm_weight, bias, pre_add, pre_add_weight, residual_out, times;
   cuda::GemvFusion fusion;
   explicit DeviceFusion(const HostFusion& h) {
     fusion.normalize = h.normalize;
@@ -98,12 +117,19 @@ struct DeviceFusion {
       fusion.pre_add = pre_add.as<float>();
       fusion.pre_add_weight = pre_add_weight.as<float>();
       fusion.residual_out = residual_out.as<float>();
+      fusion.pre_add_scale = h.pre_add_scale;
+    }
+    if (!h.times.empty()) {
+      times = upload(h.times);
+      fusion.times = times.as<float>();
+      fusion.times_stride = h.times_stride;
+      fusion.times_act = h.times_act;
     }
   }
 };
 
-// The input row t as the fused GEMV sees it: x, or x + rmsnorm(pre_add) ·
-// pre_add_weight (double).
+// The input row t as the fused GEMV sees it: x, or (x + rmsnorm(pre_add) ·
+// pre_add_weight) · pre_add_scale (double).
 inline std::vector<double> fused_input(const std::vector<float>& x, int64_t t, int64_t cols,
                                        const HostFusion& f) {
   std::vector<double> in(static_cast<size_t>(cols));
@@ -114,7 +140,9 @@ inline std::vector<double> fused_input(const std::vector<float>& x, int64_t t, i
     ss += double(f.pre_add[size_t(t * cols + c)]) * f.pre_add[size_t(t * cols + c)];
   const double s1 = 1.0 / std::sqrt(ss / double(cols) + f.eps);
   for (int64_t c = 0; c < cols; ++c)
-    in[size_t(c)] += s1 * f.pre_add[size_t(t * cols + c)] * f.pre_add_weight[size_t(c)];
+    in[size_t(c)] =
+        (in[size_t(c)] + s1 * f.pre_add[size_t(t * cols + c)] * f.pre_add_weight[size_t(c)]) *
+        f.pre_add_scale;
   return in;
 }
 
@@ -221,6 +249,10 @@ inline void expect_fused_gemv(const std::vector<float>& got, const std::vector<f
         want = act(f.gate, g) * u;
         bound = 1.2 * std::fabs(u) * mag[size_t(o)] +
                 std::fabs(act(f.gate, g)) * mag[size_t(outputs + o)];
+      } else if (!f.times.empty()) {
+        const double m = f.times[size_t(t * f.times_stride + o)];
+        want = act(f.times_act, dot[size_t(o)]) * m;
+        bound = 1.2 * std::fabs(m) * mag[size_t(o)];
       } else {
         const double b = f.accumulate ? base[size_t(t * rows + o)] : 0.0;
         want = b + dot[size_t(o)];

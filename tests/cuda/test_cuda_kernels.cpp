@@ -2,8 +2,9 @@
 // data with odd shapes. Tolerances, per op:
 //  - gemv_bf16: |gpu - cpu| ≤ 1e-5 · Σ|w·x| + 1e-6 (f32 sums in another order);
 //  - gemv_bf16 and gemv_f32 with each fusion (input norm, bias, residual
-//    add, gated activation; gemv_bf16 also the sandwich norm's pre_add and
-//    its residual_out) against the unfused math in double
+//    add, gated activation, an activation times a per-token vector;
+//    gemv_bf16 also the sandwich norm's pre_add, scaled or not, and its
+//    residual_out) against the unfused math in double
 //    (gemv_reference.h states the bound);
 //  - rmsnorm, gated activations, soft-cap: 2e-6 relative + 1e-6 absolute
 //    (fast-math exp/tanh);
@@ -364,6 +365,32 @@ TEST_F(CudaKernels, GemvRejectsFusionsItCannotDo) {
   EXPECT_THROW(cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x3.as<float>(), 1, y3.as<float>(), nullptr,
                                no_norm),
                Error);
+  // pre_add_scale needs pre_add; times needs its activation and excludes
+  // the gate and the residual add.
+  cuda::GemvFusion scaled;
+  scaled.pre_add_scale = 0.5f;
+  EXPECT_THROW(
+      cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x.as<float>(), 1, y.as<float>(), nullptr, scaled),
+      Error);
+  cuda::GemvFusion times;
+  times.times = ow.as<float>();
+  times.times_stride = 64;
+  EXPECT_THROW(
+      cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x.as<float>(), 1, y.as<float>(), nullptr, times),
+      Error);
+  times.times_act = cuda::GemvGate::SiLU;
+  EXPECT_NO_THROW(
+      cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x.as<float>(), 1, y.as<float>(), nullptr, times));
+  for (const bool gate : {true, false}) {
+    cuda::GemvFusion both = times;
+    if (gate)
+      both.gate = cuda::GemvGate::SiLU;
+    else
+      both.accumulate = true;
+    EXPECT_THROW(
+        cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x.as<float>(), 1, y.as<float>(), nullptr, both),
+        Error);
+  }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

@@ -246,6 +246,17 @@ bool gemv_fusion_enabled() {
   return !env_is("TANDEM_CUDA_FUSE_GEMV", "0");
 }
 
+// UNFINISHED (written in a session without a GPU): Gemma 4's per-layer
+// block in two launches instead of four on fused (sandwich) steps — the
+// gate's activation times the per-layer input in the gate GEMV's epilogue
+// (GemvFusion::times), the block's output norm, residual add and layer
+// scalar in the next layer's q/k/v GEMV (pre_add, pre_add_scale) — only with
+// TANDEM_CUDA_FUSE_PLE=1 until the decoder's GPU tests and the batch-1
+// benchmark have run it (scripts/gpu-opt-in.sh).
+bool ple_fusion_enabled() {
+  return env_is("TANDEM_CUDA_FUSE_PLE", "1");
+}
+
 // Steps whose longest run of one sequence's tokens reaches this many take
 // attention_prefill (each query tile is 16 to 64 rows of mma work).
 constexpr int64_t kPrefillKernelMinRun = 16;
@@ -286,6 +297,9 @@ struct Decoder::Impl {
   // (GemvFusion::pre_add), the residual stream alternating between h and
   // h_alt (hcur is the live one).
   bool sandwich = false;
+  // Gemma 4 under sandwich steps: the per-layer block fused
+  // (ple_fusion_enabled).
+  bool fuse_ple = false;
   float* hcur = nullptr;
   float* hnext = nullptr;
   // Query tiles of this step for attention_prefill (0: the decode kernel
@@ -466,7 +480,7 @@ struct Decoder::Impl {
       mark(op, w.bytes());
       return;
     }
-    if (fusion.normalize || fusion.accumulate || fusion.gate != GemvGate::None)
+    if (fusion.normalize || fusion.accumulate || fusion.gate != GemvGate::None || fusion.times)
       fail("CUDA decoder: %s of %lld tokens is not a GEMV and cannot fuse", op, (long long)n);
     if (w.affine) {
       // Prefill: tiles of rows dequantized to bf16 hi + lo parts (a bf16
@@ -600,17 +614,23 @@ struct Decoder::Impl {
     // The MLP's residual add also computes the next layer's input norm when
     // nothing (per-layer inputs, a layer scalar) comes between them; under
     // Fuse::Sandwich it is deferred into the next layer's q/k/v GEMV instead
-    // (`pending`: out holds layer l - 1's MLP output, not yet added).
-    bool x_ready = false, pending = false;
+    // (`pending`: out holds layer l - 1's MLP output, or with fuse_ple its
+    // per-layer block's, not yet added).
+    bool x_ready = false;
+    Pending pending;
     for (int64_t l = 0; l < s.layers; ++l) {
       attention_block(l, T, x_ready, pending, fuse);
       const float scalar = layers[size_t(l)].scalar;
       const bool next_direct = s.ple_dim == 0 && scalar == 1.0f && l + 1 < s.layers;
       x_ready = fuse != Fuse::Residual && fuse != Fuse::Sandwich && next_direct;
-      pending = fuse == Fuse::Sandwich && next_direct;
-      mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr, pending, fuse);
+      pending = Pending{};
+      if (fuse == Fuse::Sandwich && next_direct) pending.norm = &layers[size_t(l)].mlp_out_norm;
+      mlp_block(l, T, x_ready ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr,
+                pending.norm != nullptr, fuse);
       if (s.ple_dim > 0) {
-        per_layer_block(l, T, scalar);  // applies the layer scalar too
+        const bool defer = fuse == Fuse::Sandwich && fuse_ple && l + 1 < s.layers;
+        per_layer_block(l, T, scalar, defer);  // applies the layer scalar too
+        if (defer) pending = Pending{&layers[size_t(l)].ple_out_norm, scalar};
       } else if (scalar != 1.0f) {
         scale_inplace(hcur, T * D, scalar, stream);
         mark("layer scalar");
@@ -638,11 +658,20 @@ struct Decoder::Impl {
     return sandwich && T <= kGemvPreAddMaxRows ? Fuse::Sandwich : Fuse::Gate;
   }
 
+  // A block output deferred into the next projection (Fuse::Sandwich): out
+  // holds it; the stream becomes (h + rmsnorm(out) · norm) · scale.
+  struct Pending {
+    const DeviceBuffer* norm = nullptr;  // null: nothing deferred
+    float scale = 1.0f;
+  };
+
   // The input norm of a block whose first projection reads the residual
   // stream itself (Fuse::Residual, Fuse::Sandwich). With `pre_norm`, the
   // stream is first advanced by rmsnorm(out) · pre_norm (the previous
-  // block's deferred output), written to hnext, which becomes hcur.
-  GemvFusion stream_input(const DeviceBuffer& norm, const DeviceBuffer* pre_norm) {
+  // block's deferred output), times pre_scale, written to hnext, which
+  // becomes hcur.
+  GemvFusion stream_input(const DeviceBuffer& norm, const DeviceBuffer* pre_norm,
+                          float pre_scale = 1.0f) {
     GemvFusion f;
     f.normalize = true;
     f.norm_weight = ptr(norm);
@@ -651,6 +680,7 @@ struct Decoder::Impl {
       f.pre_add = out.as<float>();
       f.pre_add_weight = ptr(*pre_norm);
       f.residual_out = hnext;
+      f.pre_add_scale = pre_scale;
     }
     return f;
   }
@@ -672,19 +702,19 @@ struct Decoder::Impl {
 
   // x_ready: x already holds this layer's normed input. Fuse::Residual:
   // the qkv GEMV norms h itself and the o GEMV adds into h. Fuse::Sandwich:
-  // the qkv GEMV norms h (after adding the previous MLP's output when
-  // `pending`), and the o projection's output waits in `out` for the
-  // gate/up GEMV.
-  void attention_block(int64_t l, int64_t T, bool x_ready, bool pending, Fuse fuse) {
+  // the qkv GEMV norms h (after adding the previous layer's deferred
+  // output, `pending`), and the o projection's output waits in `out` for
+  // the gate/up GEMV.
+  void attention_block(int64_t l, int64_t T, bool x_ready, const Pending& pending, Fuse fuse) {
     const ModelSpec& s = spec;
     const LayerSpec& ls = s.layer[size_t(l)];
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, Dh = ls.head_dim;
     float *hp = hcur, *xp = x.as<float>(), *qp = q.as<float>();
     if (fuse == Fuse::Residual || fuse == Fuse::Sandwich) {
-      const DeviceBuffer* pre = pending ? &layers[size_t(l - 1)].mlp_out_norm : nullptr;
+      const DeviceBuffer* pre = pending.norm;
       linear(pre ? "qkv proj (+ residual, norm)" : "qkv proj (+ norm)", L.qkv, L.qkv_bias, hp, T,
-             qkv.as<float>(), stream_input(L.attn_in_norm, pre));
+             qkv.as<float>(), stream_input(L.attn_in_norm, pre, pending.scale));
       if (pre) advance_stream();
     } else {
       if (!x_ready) {
@@ -897,22 +927,35 @@ struct Decoder::Impl {
 
   // Gemma 4: h = (h + norm(proj(act(gate(h)) · ple[:, layer]))) · scalar
   // (the layer scalar, applied by the same residual_norm launch).
-  void per_layer_block(int64_t l, int64_t T, float scalar) {
+  // defer (fuse_ple, Fuse::Sandwich steps): leave proj's output in `out`
+  // for the next layer's q/k/v GEMV, which adds its norm and applies the
+  // scalar (Pending).
+  void per_layer_block(int64_t l, int64_t T, float scalar, bool defer) {
     const ModelSpec& s = spec;
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
     float *hp = hcur, *gp = ple_gate.as<float>(), *op = out.as<float>();
-    linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp);
-    // The block's kernels go with it under leave_out("ple") (benchmarks).
-    if (leaves_out("ple activation")) {
-      // skipped (leave_out)
-    } else if (s.activation == Activation::SiLU) {
-      silu_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+    if (fuse_ple && gemv_path(L.ple_gate, T)) {
+      // The activation times the per-layer input in the GEMV's epilogue.
+      GemvFusion f;
+      f.times = ple.as<float>() + l * P;
+      f.times_stride = LP;
+      f.times_act = s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh;
+      linear("ple gate (+ activation)", L.ple_gate, DeviceBuffer(), hp, T, gp, f);
     } else {
-      gelu_tanh_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+      linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp);
+      // The block's kernels go with it under leave_out("ple") (benchmarks).
+      if (leaves_out("ple activation")) {
+        // skipped (leave_out)
+      } else if (s.activation == Activation::SiLU) {
+        silu_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+      } else {
+        gelu_tanh_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+      }
+      mark("ple activation");
     }
-    mark("ple activation");
     linear("ple proj", L.ple_proj, DeviceBuffer(), gp, T, op);
+    if (defer) return;
     if (!leaves_out("ple norm + add"))
       residual_norm(hp, op, ptr(L.ple_out_norm), nullptr, nullptr, T, D, s.norm_eps, stream,
                     scalar);
@@ -1084,6 +1127,7 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
                    L.mlp_in_norm.bytes() && L.mlp_out_norm.bytes() && !L.qkv.affine &&
                    L.qkv.dtype == DType::BF16 && !L.gate_up.affine &&
                    L.gate_up.dtype == DType::BF16;
+    m.fuse_ple = m.sandwich && s.ple_dim > 0 && ple_fusion_enabled();
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "tandem: %.2f GB of weights on %s (%s) in %.1f s\n", total / 1e9,

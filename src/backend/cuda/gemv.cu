@@ -27,6 +27,10 @@ void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_
         what);
   if (f.accumulate && f.gate != GemvGate::None)
     fail("%s: a gated GEMV cannot also accumulate into its output", what);
+  if (f.times && (f.gate != GemvGate::None || f.accumulate || f.times_act == GemvGate::None))
+    fail("%s: times needs times_act and excludes gate and accumulate", what);
+  if (f.pre_add_scale != 1.f && !f.pre_add)
+    fail("%s: pre_add_scale scales the pre_add input and needs pre_add", what);
   if (f.gate != GemvGate::None && rows % 2 != 0)
     fail("%s: a gated GEMV needs gate and up rows (an even count), got %lld rows", what,
          (long long)rows);
@@ -286,7 +290,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
       xu += partial[j][4 * t + 2], uu += partial[j][4 * t + 3];
     }
     s1[t] = inv_rms(oo, cols, f.norm_eps);
-    s2[t] = inv_rms(fmaxf(xx + 2.f * s1[t] * xu + s1[t] * s1[t] * uu, 0.f), cols, f.norm_eps);
+    const float k2 = f.pre_add_scale * f.pre_add_scale;  // Σ (k h')² = k² Σ h'²
+    s2[t] =
+        inv_rms(fmaxf(k2 * (xx + 2.f * s1[t] * xu + s1[t] * s1[t] * uu), 0.f), cols, f.norm_eps);
   }
   // h' = x + s1 · u: this block's share to residual_out, h' · g to hs.
   for (int64_t i = threadIdx.x; i < quads; i += blockDim.x) {
@@ -295,8 +301,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
     for (int t = 0; t < N; ++t) {
       const float4 a = reinterpret_cast<const float4*>(hs + t * cols)[i];
       const float4 u = reinterpret_cast<const float4*>(us + t * cols)[i];
-      const float4 h =
-          make_float4(a.x + s1[t] * u.x, a.y + s1[t] * u.y, a.z + s1[t] * u.z, a.w + s1[t] * u.w);
+      const float k = f.pre_add_scale;
+      const float4 h = make_float4((a.x + s1[t] * u.x) * k, (a.y + s1[t] * u.y) * k,
+                                   (a.z + s1[t] * u.z) * k, (a.w + s1[t] * u.w) * k);
       if (i % gridDim.x == blockIdx.x) reinterpret_cast<float4*>(f.residual_out + t * cols)[i] = h;
       reinterpret_cast<float4*>(hs + t * cols)[i] = mul4(h, g);
     }
@@ -385,7 +392,7 @@ __global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols, c
         for (int r = 0; r < R; ++r) acc[r][0] += widen(w[r][c]) * a;
       }
     }
-    finish<1, R, GATED>(wr, acc, ss, cols, f, y + t * wr.outputs);
+    finish<1, R, GATED>(wr, acc, ss, cols, from_row(f, t), y + t * wr.outputs);
   }
 }
 
@@ -515,10 +522,11 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
     constexpr int N = decltype(run)::value;
     const float* xt = x + t0 * cols;
     float* yt = y + t0 * outputs;
+    const GemvFusion ft = from_row(fusion, t0);
     if (fusion.gate != GemvGate::None)
-      launch_vec<N, true>(W, rows, cols, xt, yt, fusion, stream);
+      launch_vec<N, true>(W, rows, cols, xt, yt, ft, stream);
     else
-      launch_vec<N, false>(W, rows, cols, xt, yt, fusion, stream);
+      launch_vec<N, false>(W, rows, cols, xt, yt, ft, stream);
   });
   CUDA_CHECK(cudaGetLastError());
 }

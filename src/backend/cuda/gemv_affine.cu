@@ -311,10 +311,11 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   const int64_t outputs = gated ? w.rows / 2 : w.rows;
   for_batch_runs(n, [&](auto run, int64_t t0) {
     constexpr int N = decltype(run)::value;
+    const GemvFusion ft = from_row(plain, t0);
     if (gated)
-      launch_gemv<N, BITS, true>(w, acts + t0 * rb, rb, y + t0 * outputs, plain, stream);
+      launch_gemv<N, BITS, true>(w, acts + t0 * rb, rb, y + t0 * outputs, ft, stream);
     else
-      launch_gemv<N, BITS, false>(w, acts + t0 * rb, rb, y + t0 * outputs, plain, stream);
+      launch_gemv<N, BITS, false>(w, acts + t0 * rb, rb, y + t0 * outputs, ft, stream);
   });
 }
 

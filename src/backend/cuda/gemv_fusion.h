@@ -104,10 +104,21 @@ __device__ __forceinline__ void finish(const WarpRows<ROWS, GATED>& wr, float (&
         *dst = gate_value(f.gate, g, u);
       } else {
         const float v = acc[r][t] + (f.bias ? f.bias[o] : 0.f);
-        *dst = f.accumulate ? *dst + v : v;
+        if (f.times)
+          *dst = gate_value(f.times_act, v, f.times[t * f.times_stride + o]);
+        else
+          *dst = f.accumulate ? *dst + v : v;
       }
     }
   }
+}
+
+// The fusion as seen by a launch (or a finish call) whose batch row 0 is
+// row t0 of the call: the per-row vectors (times) offset to it.
+__host__ __device__ inline GemvFusion from_row(const GemvFusion& f, int64_t t0) {
+  GemvFusion g = f;
+  if (g.times) g.times += t0 * g.times_stride;
+  return g;
 }
 
 // Column split: SPLIT warps of a block (1, 2, 4 or 8) share one unit's rows,

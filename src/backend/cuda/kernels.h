@@ -32,7 +32,12 @@ enum class GemvGate { None, SiLU, GeluTanh };
 //    So the residual add of a block's output norm and the next input norm
 //    ride in the next projection. Each thread block stages the normed h' in
 //    shared memory first (gemv.cu, gemv_bf16_pre_add). Batches of up to
-//    kGemvPreAddMaxRows rows.
+//    kGemvPreAddMaxRows rows. pre_add_scale multiplies h' (Gemma 4's layer
+//    scalar, when its per-layer block's output norm and residual add ride
+//    in the next layer's q/k/v projection).
+//  - times (not with gate or accumulate): y[t, r] = act(result) ·
+//    times[t · times_stride + r], act by times_act (Gemma 4's per-layer
+//    gate, whose activation multiplies the token's per-layer input).
 // accumulate and gate exclude each other.
 constexpr int64_t kGemvPreAddMaxRows = 2;
 struct GemvFusion {
@@ -45,6 +50,10 @@ struct GemvFusion {
   const float* pre_add = nullptr;
   const float* pre_add_weight = nullptr;
   float* residual_out = nullptr;
+  float pre_add_scale = 1.f;
+  const float* times = nullptr;
+  int64_t times_stride = 0;
+  GemvGate times_act = GemvGate::None;
 };
 
 // y[t, r] = Σ_c W[r, c] · x[t, c] for t < n, r < rows: the decode GEMV
