@@ -128,7 +128,7 @@ int run_bench(const BenchOptions& o) {
   std::printf("prefill      %d tokens: %.1f tok/s (%s)\n", o.prompt_tokens, prefill_tps, products);
   std::printf("decode       %d tokens: %.2f tok/s, %.1f GB/s, %.0f%% of %s bandwidth\n",
               o.decode_tokens, decode_tps, gbs, 100.0 * gbs / peak,
-              device.cuda ? "nominal" : "measured");
+              o.peak_gbs > 0 ? "the given" : device.cuda ? "nominal" : "measured");
   const uint64_t weight_bytes = model_weight_bytes(*model);
   const double rss = double(peak_rss_bytes()), owned = double(model->owned_bytes);
   const double mapped = double(weight_bytes) - owned, kv_mb = double(kv_pool.bytes()) / 1e6;
