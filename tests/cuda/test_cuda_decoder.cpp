@@ -43,7 +43,9 @@
 // And batching: sequences of different lengths prefilled together and then
 // decoded together (graph buckets with padding rows) give each sequence the
 // logits it gets alone on the CPU; so does a decode token beside another
-// sequence's prefill chunk (the two attention kernels in one step).
+// sequence's prefill chunk (the two attention kernels in one step). And the
+// real models' head dims (128, 256), which no fixture has, through the
+// decode kernels and both prefill attention kernels (CudaDecoderWideHeads).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,6 +55,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -444,31 +448,23 @@ TEST(CudaDecoderBatch, DeviceSamplingPicksWhatTheCpuSamplerPicks) {
 
 }  // namespace
 
-// The chunked decode kernel's head dims through the decoder, which no parity
-// fixture has (their heads are 16 or 32 wide): Gemma 3's attention shape (4
-// query heads of dim 256 on one kv head) and Qwen3's (16 of dim 128 on 8): a
-// random bf16 checkpoint at that shape (synth_checkpoint; 3 layers,
-// hidden 256) fed 300 tokens one per step (graph replays, the chunked
-// kernel with its copies before the PDL wait, splits and their combine past
-// 128 keys, qkv post inside it and as its own kernel), with bf16 KV rows,
-// against the CPU decoder rounding its rows the same way: within 1e-2 ×
-// std, the fixtures' bf16-rows tolerance. Gemma 3's shape also has sliding
-// window 64 on layers 0 and 2.
-TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
-  std::string why;
-  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
-  struct Shape {
-    const char* config;
-    int64_t head_dim;
-  };
-  for (const Shape shape : {Shape{"gemma-3-1b", 256}, Shape{"qwen3-1.7b", 128}}) {
+namespace {
+
+// A random bf16 checkpoint at a real model's attention shape (bench/configs/
+// `config`, with 3 layers, hidden 256, intermediate 512, vocab 512, and a
+// sliding window of 64 on every other layer where the model has one),
+// written to a fresh directory under /tmp that the object removes.
+struct WideHeadsModel {
+  std::string dir;
+  std::unique_ptr<Model> model;
+  explicit WideHeadsModel(const std::string& config_name) {
     char dir_template[] = "/tmp/tandem-wide-heads-XXXXXX";
     const char* made = mkdtemp(dir_template);
-    ASSERT_NE(made, nullptr);
-    const std::string dir = made;
+    if (!made) throw std::runtime_error("mkdtemp failed");
+    dir = made;
     nlohmann::json config;
     {
-      std::ifstream in(source_path(std::string("bench/configs/") + shape.config + ".json"));
+      std::ifstream in(source_path("bench/configs/" + config_name + ".json"));
       config = nlohmann::json::parse(in);
     }
     config["hidden_size"] = 256;
@@ -481,22 +477,53 @@ TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
     }
     std::ofstream(dir + "/config.json") << config.dump(2);
     synth_checkpoint(dir + "/config.json", dir, DType::BF16, 11);
-    auto model = load_model(dir);
-    ASSERT_EQ(model->spec.layer[0].head_dim, shape.head_dim) << shape.config;
+    model = load_model(dir);
+  }
+  ~WideHeadsModel() { std::filesystem::remove_all(dir); }
+};
 
-    std::vector<int32_t> ids(300);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 512);
+std::vector<int32_t> wide_heads_prompt() {
+  std::vector<int32_t> ids(300);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % 512);
+  return ids;
+}
+
+struct WideShape {
+  const char* config;
+  int64_t head_dim;
+};
+constexpr WideShape kWideShapes[] = {{"gemma-3-1b", 256}, {"qwen3-1.7b", 128}};
+
+}  // namespace
+
+// The chunked decode kernel's head dims through the decoder, which no parity
+// fixture has (their heads are 16 or 32 wide): Gemma 3's attention shape (4
+// query heads of dim 256 on one kv head) and Qwen3's (16 of dim 128 on 8): a
+// random bf16 checkpoint at that shape (WideHeadsModel) fed 300 tokens one
+// per step (graph replays, the chunked kernel with its copies before the PDL
+// wait, splits and their combine past 128 keys, qkv post inside it and as
+// its own kernel), with bf16 KV rows, against the CPU decoder rounding its
+// rows the same way: within 1e-2 × std, the fixtures' bf16-rows tolerance.
+// Gemma 3's shape also has sliding window 64 on layers 0 and 2.
+TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  for (const WideShape shape : kWideShapes) {
+    const WideHeadsModel m(shape.config);
+    const Model& model = *m.model;
+    ASSERT_EQ(model.spec.layer[0].head_dim, shape.head_dim) << shape.config;
+    const std::vector<int32_t> ids = wide_heads_prompt();
     const int64_t n = int64_t(ids.size());
-    const std::vector<float> want = cpu_bf16_rows(*model, ids, 0).first;
+    const std::vector<float> want = cpu_bf16_rows(model, ids, 0).first;
     // qkv post inside the chunked kernel and as its own kernel, whichever
     // the decoder's rule picks at this shape.
     for (const bool fused : {true, false}) {
       setenv("TANDEM_CUDA_FUSE_QKV_POST", fused ? "1" : "0", 1);
       KvPool kv_pool =
-          single_sequence_pool(model->spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
-      cuda::Decoder gpu(*model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
+          single_sequence_pool(model.spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
+      cuda::Decoder gpu(model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
       SequenceKv kv;
-      std::vector<float> got(size_t(n * model->spec.vocab));
+      std::vector<float> got(size_t(n * model.spec.vocab));
       run_sequence(gpu, ids.data(), n, kv, got.data(), true);
       unsetenv("TANDEM_CUDA_FUSE_QKV_POST");
       const double err = relative_error(got, want);
@@ -506,6 +533,42 @@ TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
           shape.config, (long long)shape.head_dim, fused ? "fused" : "unfused", err);
       EXPECT_LE(err, 1e-2) << shape.config << (fused ? " qkv post fused" : " qkv post unfused");
     }
-    std::filesystem::remove_all(dir);
+  }
+}
+
+// The prefill attention kernels at those head dims through the decoder: the
+// same 300 tokens in steps of 256 under the serving numerics (bf16 KV rows,
+// bf16 GEMM inputs), through the hi/lo kernel with bf16 inputs and through
+// attention_prefill_bf16 (TANDEM_CUDA_PREFILL_BF16=1, read at each launch),
+// against the CPU decoder rounding its rows and matmul inputs the same way:
+// within 0.1 × std, the bf16-GEMM lane's tolerance of the parity test (the
+// attention's own bf16 inputs are not modelled on the CPU).
+TEST(CudaDecoderWideHeads, PrefillStepsMatchTheCpuDecoder) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  for (const WideShape shape : kWideShapes) {
+    const WideHeadsModel m(shape.config);
+    const Model& model = *m.model;
+    const std::vector<int32_t> ids = wide_heads_prompt();
+    const int64_t n = int64_t(ids.size()), step_tokens = 256;
+    const std::vector<float> want = cpu_bf16_gemm_inputs(model, ids, /*bf16_rows=*/true);
+    for (const bool bf16_kernel : {false, true}) {
+      setenv("TANDEM_CUDA_PREFILL_BF16", bf16_kernel ? "1" : "0", 1);
+      KvPool kv_pool = single_sequence_pool(model.spec, n + 1, step_tokens,
+                                            /*host_storage=*/false, DType::BF16);
+      cuda::Decoder gpu(model, kv_pool, step_tokens, 0, cuda::GemmInputs::Bf16);
+      SequenceKv kv;
+      std::vector<float> got(size_t(n * model.spec.vocab));
+      run_sequence(gpu, ids.data(), n, kv, got.data(), true);
+      unsetenv("TANDEM_CUDA_PREFILL_BF16");
+      const double err = relative_error(got, want);
+      std::printf(
+          "[cuda decoder] %s shape, head dim %lld, steps of %lld, %s: max|gpu - cpu| = %.2e x "
+          "std\n",
+          shape.config, (long long)shape.head_dim, (long long)step_tokens,
+          bf16_kernel ? "attention_prefill_bf16" : "hi/lo prefill kernel, bf16 inputs", err);
+      EXPECT_LE(err, 0.1) << shape.config
+                          << (bf16_kernel ? " attention_prefill_bf16" : " hi/lo prefill kernel");
+    }
   }
 }
