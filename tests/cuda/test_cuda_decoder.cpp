@@ -552,6 +552,9 @@ TEST(CudaDecoderWideHeads, PrefillStepsMatchTheCpuDecoder) {
     const std::vector<int32_t> ids = wide_heads_prompt();
     const int64_t n = int64_t(ids.size()), step_tokens = 256;
     const std::vector<float> want = cpu_bf16_gemm_inputs(model, ids, /*bf16_rows=*/true);
+    // Restored afterwards: scripts/gpu-opt-in.sh sets it for the whole run.
+    const char* before = std::getenv("TANDEM_CUDA_PREFILL_BF16");
+    const std::string saved = before ? before : "";
     for (const bool bf16_kernel : {false, true}) {
       setenv("TANDEM_CUDA_PREFILL_BF16", bf16_kernel ? "1" : "0", 1);
       KvPool kv_pool = single_sequence_pool(model.spec, n + 1, step_tokens,
@@ -560,7 +563,10 @@ TEST(CudaDecoderWideHeads, PrefillStepsMatchTheCpuDecoder) {
       SequenceKv kv;
       std::vector<float> got(size_t(n * model.spec.vocab));
       run_sequence(gpu, ids.data(), n, kv, got.data(), true);
-      unsetenv("TANDEM_CUDA_PREFILL_BF16");
+      if (before)
+        setenv("TANDEM_CUDA_PREFILL_BF16", saved.c_str(), 1);
+      else
+        unsetenv("TANDEM_CUDA_PREFILL_BF16");
       const double err = relative_error(got, want);
       std::printf(
           "[cuda decoder] %s shape, head dim %lld, steps of %lld, %s: max|gpu - cpu| = %.2e x "
