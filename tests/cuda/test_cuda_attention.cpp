@@ -432,6 +432,26 @@ struct PostWeights {
       f[size_t(i)] = std::pow(10000.f, -2.f * float(i) / float(Dh));
     q_norm = upload(qn), k_norm = upload(kn), inv_freq = upload(f);
   }
+  // The QkvPost both tests start from: these weights, RoPE over the whole
+  // head with a scaling of 1.25, q and k norms, no temperature; each test
+  // sets the rest.
+  cuda::QkvPost post(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t stride,
+                     int64_t block_size) const {
+    cuda::QkvPost p;
+    p.heads = heads;
+    p.kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    p.stride = stride;
+    p.qk_norm = true;
+    p.q_norm = q_norm.as<float>();
+    p.k_norm = k_norm.as<float>();
+    p.inv_freq = inv_freq.as<float>();
+    p.rotary_dim = head_dim;
+    p.rope_scaling = 1.25f;
+    p.temp_base = 8.f;
+    p.block_size = block_size;
+    return p;
+  }
 };
 
 // The chunked kernel doing qkv_post's work itself (attention_paged with a
@@ -471,24 +491,12 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
       for (const bool cp_async_only : {false, true})
         for (const int splits : {1, 3}) {
           auto rk = upload(k0), rv = upload(v0), fk = upload(k0), fv = upload(v0);
-          cuda::QkvPost post;
-          post.heads = c.heads;
-          post.kv_heads = c.kv_heads;
-          post.head_dim = Dh;
-          post.stride = stride;
+          cuda::QkvPost post = weights.post(c.heads, c.kv_heads, Dh, stride, step.block_size);
           post.own_kv = c.own_kv;
           post.k_eq_v = c.k_eq_v;
-          post.qk_norm = true;
           post.v_norm = c.v_norm;
-          post.q_norm = weights.q_norm.as<float>();
-          post.k_norm = weights.k_norm.as<float>();
-          post.inv_freq = weights.inv_freq.as<float>();
-          post.rotary_dim = Dh;
-          post.rope_scaling = 1.25f;
           post.temp_beta = c.temp_beta;
-          post.temp_base = 8.f;
           post.kv_bf16 = true;
-          post.block_size = step.block_size;
           cuda::PagedAttention p;
           p.heads = c.heads;
           p.kv_heads = c.kv_heads;
@@ -599,24 +607,14 @@ TEST_F(CudaAttention, QkvPostOfManyTokensMatchesOneTokenAtATime) {
     cuda::DeviceBuffer many_q(size_t(n * Q) * 4), one_q(size_t(n * Q) * 4);
     cuda::DeviceBuffer many_k = upload(zeros), many_v = upload(zeros), one_k = upload(zeros),
                        one_v = upload(zeros);
-    cuda::QkvPost post;
-    post.heads = c.heads;
-    post.kv_heads = c.kv_heads;
-    post.head_dim = Dh;
-    post.stride = stride;
+    cuda::QkvPost post = weights.post(c.heads, c.kv_heads, Dh, stride, step.block_size);
     post.own_kv = c.own_kv;
     post.k_eq_v = c.k_eq_v;
     post.qk_norm = c.qk_norm;
     post.v_norm = c.v_norm;
-    post.q_norm = weights.q_norm.as<float>();
-    post.k_norm = weights.k_norm.as<float>();
-    post.inv_freq = weights.inv_freq.as<float>();
     post.rotary_dim = c.rope ? Dh : 0;
-    post.rope_scaling = 1.25f;
     post.temp_beta = c.temp_beta;
-    post.temp_base = 8.f;
     post.kv_bf16 = c.kv_bf16;
-    post.block_size = step.block_size;
     post.q_out = many_q.as<float>();
     post.k_cache = many_k.get();
     post.v_cache = many_v.get();

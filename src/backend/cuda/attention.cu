@@ -48,6 +48,27 @@ __device__ __forceinline__ int64_t kv_offset(const StepLayout& at, int64_t t, in
 
 constexpr int kThreads = 128;  // per attention block
 
+// Unit j (a head of q, k or v) of token t in qkv_post's order, resolved from
+// what only the step's inputs decide, so both qkv_post kernels can do it
+// before waiting for the projection: its kind and head, its first column in
+// the token's projection row, the token's position, and where its values go
+// (the q output's offset, or the K/V row's in the paged storage).
+struct QkvUnit {
+  int kind;
+  int64_t head, col, pos, dst;
+};
+__device__ __forceinline__ QkvUnit qkv_unit(const StepLayout& at, const QkvPost& p, int64_t t,
+                                            int64_t j) {
+  QkvUnit u;
+  qkv_head_of(p, j, &u.kind, &u.head);
+  u.col = qkv_column(p, u.kind, u.head);
+  u.pos = at.positions[t];
+  const int64_t Dh = p.head_dim;
+  u.dst = u.kind == kQuery ? (t * p.heads + u.head) * Dh
+                           : kv_offset(at, t, u.pos, p.block_size, p.kv_heads * Dh) + u.head * Dh;
+  return u;
+}
+
 // Keys per tile: K and V tiles of tile · head_dim ≤ 4096 floats each.
 __host__ __device__ constexpr int tile_keys(int64_t head_dim) {
   return head_dim <= 128 ? 32 : head_dim <= 256 ? 16 : 8;
@@ -333,24 +354,20 @@ __global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
   pdl_launch_dependents();
   __shared__ float buf[32 * kMaxDimsPerLane];
   __shared__ float partial[4];
-  const int64_t t = blockIdx.x, j = blockIdx.y, Dh = p.head_dim;
-  const int64_t Q = p.heads * Dh, KV = p.kv_heads * Dh;
-  int kind;
-  int64_t head;
-  qkv_head_of(p, j, &kind, &head);
-  const int64_t col = qkv_column(p, kind, head);
+  const int64_t t = blockIdx.x, Dh = p.head_dim;
   // Before waiting for the projection: what only the step's inputs (in
-  // device memory before the step's first kernel) decide — the position,
-  // the row the K/V values go to, and this thread's first rotation angle —
-  // so their dependent loads overlap the previous kernel's tail.
-  const int64_t pos = at.positions[t];
-  const int64_t at_row = kind == kQuery ? 0 : kv_offset(at, t, pos, p.block_size, KV) + head * Dh;
+  // device memory before the step's first kernel) decide — the unit, its
+  // destination, and this thread's first rotation angle — so their
+  // dependent loads overlap the previous kernel's tail.
+  const QkvUnit u = qkv_unit(at, p, t, blockIdx.y);
+  const int kind = u.kind;
+  const int64_t pos = u.pos;
   const int64_t half = p.rotary_dim / 2;
   float sn0 = 0.f, cs0 = 1.f;
   if (kind < kValue && threadIdx.x < half)
     sincosf(float(pos) * p.inv_freq[threadIdx.x], &sn0, &cs0);
   pdl_wait();
-  const float* src = qkv + t * p.stride + col;
+  const float* src = qkv + t * p.stride + u.col;
   float ss = 0.f;
   for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) {
     const float v = src[d];
@@ -380,14 +397,14 @@ __global__ void qkv_post_kernel(const float* qkv, StepLayout at, QkvPost p) {
     __syncthreads();
   }
   if (kind == kQuery) {
-    float* dst = p.q_out + t * Q + head * Dh;
+    float* dst = p.q_out + u.dst;
     const float scale = query_temperature(p, pos);
     for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x) dst[d] = buf[d] * scale;
     return;
   }
   void* rows = kind == kKey ? p.k_cache : p.v_cache;
   for (int64_t d = threadIdx.x; d < Dh; d += blockDim.x)
-    kv_store(rows, at_row + d, buf[d], p.kv_bf16);
+    kv_store(rows, u.dst + d, buf[d], p.kv_bf16);
 }
 
 // qkv_post_kernel's work for steps of many tokens (prefill chunks): a warp
@@ -404,16 +421,12 @@ __global__ void qkv_post_warps_kernel(const float* qkv, StepLayout at, QkvPost p
   const int64_t unit = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (unit >= units) return;
   const int64_t per_token = p.heads + (p.own_kv ? 2 * p.kv_heads : 0);
-  const int64_t t = unit / per_token, j = unit % per_token, Dh = p.head_dim;
-  const int64_t Q = p.heads * Dh, KV = p.kv_heads * Dh;
-  int kind;
-  int64_t head;
-  qkv_head_of(p, j, &kind, &head);
-  const int64_t col = qkv_column(p, kind, head);
-  const int64_t pos = at.positions[t];
-  const int64_t at_row = kind == kQuery ? 0 : kv_offset(at, t, pos, p.block_size, KV) + head * Dh;
+  const int64_t t = unit / per_token, Dh = p.head_dim;
+  const QkvUnit u = qkv_unit(at, p, t, unit % per_token);
+  const int kind = u.kind;
+  const int64_t pos = u.pos;
   pdl_wait();
-  const float* src = qkv + t * p.stride + col;
+  const float* src = qkv + t * p.stride + u.col;
   float v[DPL];
   float ss = 0.f;
 #pragma unroll
@@ -441,7 +454,7 @@ __global__ void qkv_post_warps_kernel(const float* qkv, StepLayout at, QkvPost p
     }
   }
   if (kind == kQuery) {
-    float* dst = p.q_out + t * Q + head * Dh;
+    float* dst = p.q_out + u.dst;
     const float scale = query_temperature(p, pos);
 #pragma unroll
     for (int k = 0; k < DPL; ++k) dst[lane + 32 * k] = v[k] * scale;
@@ -449,7 +462,7 @@ __global__ void qkv_post_warps_kernel(const float* qkv, StepLayout at, QkvPost p
   }
   void* rows = kind == kKey ? p.k_cache : p.v_cache;
 #pragma unroll
-  for (int k = 0; k < DPL; ++k) kv_store(rows, at_row + lane + 32 * k, v[k], p.kv_bf16);
+  for (int k = 0; k < DPL; ++k) kv_store(rows, u.dst + lane + 32 * k, v[k], p.kv_bf16);
 }
 
 __global__ void kv_write_kernel(const float* rows, int64_t kv_dim, void* base, bool bf16,

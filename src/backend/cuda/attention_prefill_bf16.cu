@@ -42,32 +42,18 @@ static_assert(kRows == 64, "a warp per 16 rows of a 64-token tile");
 constexpr int kPad = 8;  // bf16 row padding: ldmatrix rows hit distinct banks
 constexpr float kLog2e = 1.4426950408889634f;
 
-// A head dim's kernel: D dims, DV output dims a block (D / DV blocks per
-// (tile, head), each recomputing the scores), KEYS keys a tile, and whether
-// q·scale stays in registers (QREG) or in shared memory — at 256 and 512
-// the 128 accumulators of 256 output dims leave no room for it. BLOCKS:
-// the blocks an SM should hold (the register cap the compiler gets).
+// A head dim's kernel: D dims (64, 128, 256 or 512), DV output dims a
+// block (D / DV blocks per (tile, head), each recomputing the scores), KEYS
+// keys a tile, and whether q·scale stays in registers (QREG) or in shared
+// memory — at 256 and 512 the 128 accumulators of 256 output dims leave no
+// room for it. BLOCKS: the blocks an SM should hold (the register cap the
+// compiler gets).
 template <int D>
-struct Shape;
-template <>
-struct Shape<64> {
-  static constexpr int DV = 64, KEYS = 64, BLOCKS = 4;
-  static constexpr bool QREG = true;
-};
-template <>
-struct Shape<128> {
-  static constexpr int DV = 128, KEYS = 64, BLOCKS = 2;
-  static constexpr bool QREG = true;
-};
-template <>
-struct Shape<256> {
-  static constexpr int DV = 256, KEYS = 32, BLOCKS = 2;
-  static constexpr bool QREG = false;
-};
-template <>
-struct Shape<512> {
-  static constexpr int DV = 256, KEYS = 32, BLOCKS = 1;
-  static constexpr bool QREG = false;
+struct Shape {
+  static_assert(D == 64 || D == 128 || D == 256 || D == 512, "head dims 64, 128, 256, 512");
+  static constexpr bool QREG = D <= 128;
+  static constexpr int DV = D < 256 ? D : 256, KEYS = QREG ? 64 : 32;
+  static constexpr int BLOCKS = D == 64 ? 4 : D == 512 ? 1 : 2;
 };
 
 // Shared memory: q·scale ([kRows][D + kPad], unless QREG), then two stages
