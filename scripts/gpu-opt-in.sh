@@ -1,61 +1,67 @@
 #!/bin/sh
-# The CUDA paths written without a GPU and still opt-in, checked and timed in
-# one call on the GPU machine, so one session can decide whether each
-# becomes the default:
+# CUDA paths switched by environment variables, checked and timed against
+# the defaults in one call on the GPU machine: how a path written without a
+# GPU (on only with its variable set) is checked and measured before it
+# becomes the default, and how a default is measured against what it
+# replaced:
 #
-#   scripts/gpu-opt-in.sh BUILD_DIR OUT_DIR
+#   scripts/gpu-opt-in.sh BUILD_DIR OUT_DIR [VAR=VALUE ...]
 #
-# BUILD_DIR: a CUDA build with tandem_cuda_tests and bench_cuda_decode
-# (bench_cuda_attention too, where carried; scripts/gpu-carry.sh). Writes
-# OUT_DIR/tests.log (every CUDA test: the opt-in kernels' own tests switch
-# them on themselves), OUT_DIR/tests-opt-in.log (the decoder tests — parity
-# fixtures, greedy continuations, chunked prefill — with every opt-in path
-# on), OUT_DIR/prefill.jsonl (prefill of 4,096 tokens on each model shape:
-# defaults, each opt-in path alone, all of them; the "opt_in" field says
-# which), OUT_DIR/decode.jsonl (Gemma 4's decode at 1 and 2 sequences with
-# and without its fused per-layer block) and OUT_DIR/attention.txt (the
-# prefill attention kernels alone).
+# Without settings it measures the four paths the twentieth session made the
+# defaults, each switched off (=0). BUILD_DIR: a CUDA build with
+# tandem_cuda_tests and bench_cuda_decode (bench_cuda_attention too, where
+# carried; scripts/gpu-carry.sh). Writes OUT_DIR/tests.log (every CUDA test,
+# defaults), OUT_DIR/tests-settings.log (the decoder tests — parity
+# fixtures, greedy continuations, chunked prefill — with every setting
+# applied), OUT_DIR/prefill.jsonl (prefill of 4,096 tokens on each model
+# shape: defaults, each setting alone, all of them; the "setting" field says
+# which), OUT_DIR/decode.jsonl (batch-1 and 2-sequence decode of gemma-4-e2b
+# and llama-3.2-1b the same way) and OUT_DIR/attention.txt (the attention
+# kernels alone).
 # Exit status: non-zero when a test failed.
 set -u
 build=$1
 out=$2
+shift 2
+settings=${*:-TANDEM_CUDA_PREFILL_BF16=0 TANDEM_CUDA_QKV_POST_WARPS=0 TANDEM_CUDA_GATED_VEC4=0 TANDEM_CUDA_FUSE_PLE=0}
 mkdir -p "$out"
 [ -d "$build/libs" ] && export LD_LIBRARY_PATH="$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 TANDEM_SOURCE_DIR=$(pwd)
 export TANDEM_SOURCE_DIR
 status=0
-paths="TANDEM_CUDA_PREFILL_BF16 TANDEM_CUDA_QKV_POST_WARPS TANDEM_CUDA_GATED_VEC4 TANDEM_CUDA_FUSE_PLE"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 timeout 300 "$build/tandem_cuda_tests" >"$out/tests.log" 2>&1 || status=1
 (
-  for v in $paths; do export "$v=1"; done
-  timeout 240 "$build/tandem_cuda_tests" --gtest_filter='CudaDecoder*' >"$out/tests-opt-in.log" 2>&1
+  for s in $settings; do export "$s"; done
+  timeout 240 "$build/tandem_cuda_tests" --gtest_filter='CudaDecoder*' >"$out/tests-settings.log" 2>&1
 ) || status=1
 
-# One JSON line per run, its opt-in paths added as a field.
+# One JSON line per run of bench_cuda_decode under the settings given first
+# (a space-separated list, "" for the defaults), which become its field.
 bench() {
   label=$1
   shift
-  timeout 120 "$build/bench_cuda_decode" "$@" | sed "s/^{/{\"opt_in\": \"$label\", /"
+  (
+    for s in $label; do export "$s"; done
+    timeout 120 "$build/bench_cuda_decode" "$@" | sed "s/^{/{\"setting\": \"${label:-defaults}\", /"
+  )
+}
+# The defaults, each setting alone, and all of them (when there are several).
+each() {
+  bench "" "$@"
+  for s in $settings; do bench "$s" "$@"; done
+  [ "$settings" = "${settings% *}" ] || bench "$settings" "$@"
 }
 for m in llama-3.2-1b qwen3-1.7b ministral-3-3b gemma-3-1b gemma-4-e2b; do
   c=bench/configs/$m.json
-  [ -f "$c" ] || continue
-  set -- "$c" --context 16 --tokens 1 --prefill 4096
-  bench none "$@"
-  for v in $paths; do
-    (export "$v=1" && bench "$v" "$@")
-  done
-  (for v in $paths; do export "$v=1"; done && bench all "$@")
+  [ -f "$c" ] && each "$c" --context 16 --tokens 1 --prefill 4096
 done >"$out/prefill.jsonl" 2>"$out/prefill-stderr.log"
 
-# Gemma 4's fused per-layer block is a decode-step change: batch 1 and 2
-# sequences (the fused steps), context 128, without and with it.
-for b in 1 2; do
-  set -- bench/configs/gemma-4-e2b.json --context 128 --tokens 128 --prefill 16 --batch $b
-  bench none "$@"
-  (export TANDEM_CUDA_FUSE_PLE=1 && bench TANDEM_CUDA_FUSE_PLE "$@")
+for m in gemma-4-e2b llama-3.2-1b; do
+  for b in 1 2; do
+    each "bench/configs/$m.json" --context 128 --tokens 128 --prefill 16 --batch $b
+  done
 done >"$out/decode.jsonl" 2>"$out/decode-stderr.log"
 
 [ -x "$build/bench_cuda_attention" ] &&

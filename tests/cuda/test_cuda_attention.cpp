@@ -572,7 +572,7 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
 namespace {
 
 // qkv_post over a step of many tokens (the warp-per-head kernel, from 8
-// tokens on, opt-in while unverified: TANDEM_CUDA_QKV_POST_WARPS=1) against the same tokens one
+// tokens on; switched on here in case the environment has it off) against the same tokens one
 // call each (the block kernel the decode steps and the parity tests run): queries within 1e-5
 // relative (the norm's sum is taken in another order), cache rows bit for bit over f32 rows and
 // within one bf16 step over bf16 ones. Head dims 64, 128 and 256; q/k norms, v norm, K = V, shared

@@ -539,7 +539,8 @@ TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
 // The prefill attention kernels at those head dims through the decoder: the
 // same 300 tokens in steps of 256 under the serving numerics (bf16 KV rows,
 // bf16 GEMM inputs), through the hi/lo kernel with bf16 inputs and through
-// attention_prefill_bf16 (TANDEM_CUDA_PREFILL_BF16=1, read at each launch),
+// attention_prefill_bf16 (the default; TANDEM_CUDA_PREFILL_BF16=0, read at
+// each launch, sets the hi/lo kernel against it),
 // against the CPU decoder rounding its rows and matmul inputs the same way:
 // within 0.1 × std, the bf16-GEMM lane's tolerance of the parity test (the
 // attention's own bf16 inputs are not modelled on the CPU).
@@ -552,7 +553,7 @@ TEST(CudaDecoderWideHeads, PrefillStepsMatchTheCpuDecoder) {
     const std::vector<int32_t> ids = wide_heads_prompt();
     const int64_t n = int64_t(ids.size()), step_tokens = 256;
     const std::vector<float> want = cpu_bf16_gemm_inputs(model, ids, /*bf16_rows=*/true);
-    // Restored afterwards: scripts/gpu-opt-in.sh sets it for the whole run.
+    // Restored afterwards: a run may set it for all its tests.
     const char* before = std::getenv("TANDEM_CUDA_PREFILL_BF16");
     const std::string saved = before ? before : "";
     for (const bool bf16_kernel : {false, true}) {

@@ -492,7 +492,7 @@ TEST_F(CudaKernels, Bf16TwinsAreTheOutputsRounded) {
         }
       (act == 0 ? cpu::silu_mul : cpu::gelu_tanh_mul)(want.data(), up.data(), n * dim);
       auto halves = act == 0 ? cuda::silu_mul_halves : cuda::gelu_tanh_mul_halves;
-      // One value a thread, and four (opt-in while unverified).
+      // One value a thread, and four (the default where the rows allow it).
       for (const char* vec4 : {"0", "1"}) {
         setenv("TANDEM_CUDA_GATED_VEC4", vec4, 1);
         const std::string what = (act == 0 ? "silu halves" : "gelu halves") + at + " vec4=" + vec4;
@@ -511,7 +511,7 @@ TEST_F(CudaKernels, GatedActivationsAndSoftcapMatchCpu) {
   const int64_t n = 100003;
   const auto g = random_floats(size_t(n), 5, 4.f), u = random_floats(size_t(n), 6);
   for (int act = 0; act < 2; ++act)
-    for (int64_t len : {n, n - 3}) {  // n - 3 = 100,000: the four-value path when it is on
+    for (int64_t len : {n, n - 3}) {  // n - 3 = 100,000: the four-value path
       setenv("TANDEM_CUDA_GATED_VEC4", "1", 1);
       std::vector<float> want(g.begin(), g.begin() + len);
       (act == 0 ? cpu::silu_mul : cpu::gelu_tanh_mul)(want.data(), u.data(), len);

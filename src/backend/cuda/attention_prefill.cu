@@ -295,12 +295,11 @@ void launch_prefill(dim3 grid, size_t smem, const float* q, const StepLayout& at
     launch_prefill_typed<DV, false>(grid, smem, q, at, p, tiles, out, stream);
 }
 
-// UNFINISHED: attention_prefill_bf16 has not run on a GPU yet, so it takes
-// the shapes it can only with TANDEM_CUDA_PREFILL_BF16=1 (read at each
-// launch, so a test or benchmark can turn it on).
+// attention_prefill_bf16 takes the shapes it can, unless
+// TANDEM_CUDA_PREFILL_BF16=0 (read at each launch, so a test or benchmark
+// can set the general kernel against it).
 bool prefill_bf16_enabled() {
-  const char* e = std::getenv("TANDEM_CUDA_PREFILL_BF16");
-  return e && e[0] == '1' && e[1] == 0;
+  return !env_is("TANDEM_CUDA_PREFILL_BF16", "0");
 }
 
 }  // namespace

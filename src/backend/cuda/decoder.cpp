@@ -246,15 +246,13 @@ bool gemv_fusion_enabled() {
   return !env_is("TANDEM_CUDA_FUSE_GEMV", "0");
 }
 
-// UNFINISHED (written in a session without a GPU): Gemma 4's per-layer
-// block in two launches instead of four on fused (sandwich) steps — the
-// gate's activation times the per-layer input in the gate GEMV's epilogue
-// (GemvFusion::times), the block's output norm, residual add and layer
-// scalar in the next layer's q/k/v GEMV (pre_add, pre_add_scale) — only with
-// TANDEM_CUDA_FUSE_PLE=1 until the decoder's GPU tests and the batch-1
-// benchmark have run it (scripts/gpu-opt-in.sh).
+// Gemma 4's per-layer block in two launches instead of four on fused
+// (sandwich) steps — the gate's activation times the per-layer input in the
+// gate GEMV's epilogue (GemvFusion::times), the block's output norm, residual
+// add and layer scalar in the next layer's q/k/v GEMV (pre_add,
+// pre_add_scale) — unless TANDEM_CUDA_FUSE_PLE=0 (for measuring).
 bool ple_fusion_enabled() {
-  return env_is("TANDEM_CUDA_FUSE_PLE", "1");
+  return !env_is("TANDEM_CUDA_FUSE_PLE", "0");
 }
 
 // Steps whose longest run of one sequence's tokens reaches this many take

@@ -12,15 +12,6 @@
 
 namespace tandem::cuda {
 
-bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::string(e) == value;
-}
-int64_t env_count(const char* name, int64_t fallback) {
-  const char* e = std::getenv(name);
-  return e ? std::max<int64_t>(0, std::atoll(e)) : fallback;
-}
-
 namespace {
 
 // Whether parts uploaded together stay quantized on the device: packed

@@ -29,12 +29,6 @@ struct DevMatrix {
   }
 };
 
-// Environment switches for measuring one path against another
-// (docs/architecture.md lists them): whether `name` is set to `value`, and
-// a non-negative count with its default.
-bool env_is(const char* name, const char* value);
-int64_t env_count(const char* name, int64_t fallback);
-
 // Device bytes upload_matrix(parts) will take.
 size_t device_bytes(const std::vector<const WeightMatrix*>& parts);
 // The parts' rows one after another (all with the same cols) as one device

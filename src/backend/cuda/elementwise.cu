@@ -87,13 +87,10 @@ __global__ void gated_kernel(const float* gate, int64_t gate_stride, const float
   }
 }
 
-// UNFINISHED: the 4-value path of gated_kernel was written in a session that
-// had no GPU to run it on, so it is off unless TANDEM_CUDA_GATED_VEC4=1 (read
-// at each launch) until the kernel tests and the prefill benchmark have run
-// it on the H200.
+// The 4-value path of gated_kernel where the rows allow it, unless
+// TANDEM_CUDA_GATED_VEC4=0 (read at each launch, for tests and measuring).
 bool gated_vec4_enabled() {
-  const char* e = std::getenv("TANDEM_CUDA_GATED_VEC4");
-  return e && e[0] == '1' && e[1] == 0;
+  return !env_is("TANDEM_CUDA_GATED_VEC4", "0");
 }
 
 template <int Act>

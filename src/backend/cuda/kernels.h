@@ -273,9 +273,8 @@ void attention_prefill(const float* q, const StepLayout& at, const int32_t* tile
 bool attention_prefill_supported(int64_t head_dim, int device);
 // The same contract for the CUDA defaults (p.kv_bf16 and p.bf16_inputs) at
 // head dims 64, 128, 256 and 512, one tensor-core product per product, built for
-// throughput (attention_prefill_bf16.cu). UNFINISHED: not yet run on a GPU,
-// so attention_prefill hands it these shapes only with
-// TANDEM_CUDA_PREFILL_BF16=1; the GPU tests call it directly.
+// throughput (attention_prefill_bf16.cu); attention_prefill hands it these
+// shapes unless TANDEM_CUDA_PREFILL_BF16=0.
 void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t* tiles,
                             int64_t n_tiles, const PagedAttention& p, float* out,
                             cudaStream_t stream);

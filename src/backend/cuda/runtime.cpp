@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -47,6 +48,15 @@ bool pdl_enabled() {
   if (!pdl_supported()) return false;
   const char* e = pdl_env();
   return t_pdl_wanted || (e && std::string(e) == "1");
+}
+
+bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == value;
+}
+int64_t env_count(const char* name, int64_t fallback) {
+  const char* e = std::getenv(name);
+  return e ? std::max<int64_t>(0, std::atoll(e)) : fallback;
 }
 
 PdlScope::PdlScope(bool want) : previous_(t_pdl_wanted) {

@@ -55,6 +55,11 @@ class PdlScope {
  private:
   bool previous_;
 };
+// Environment switches for measuring one path against another
+// (docs/architecture.md lists them): whether `name` is set to `value`, and
+// a non-negative count with its default.
+bool env_is(const char* name, const char* value);
+int64_t env_count(const char* name, int64_t fallback);
 // The runtime and driver versions as "13.0" strings.
 std::string runtime_version();
 std::string driver_version();
