@@ -1,7 +1,8 @@
 // Prefill attention on the GPU: one causal prompt of T tokens attended at
 // real models' head shapes, through the tensor-core prefill kernel
 // (attention_prefill, over q and weights as bf16 hi/lo parts and rounded to
-// bf16), its bf16 variant (attention_prefill_bf16, bf16 rows) and the decode kernel
+// bf16), its bf16 variant (attention_prefill_bf16, bf16 rows; at head dims 256 and 512 with one
+// and two warps per 16 query rows) and the decode kernel
 // (attention_paged, one block per token and kv head), timed with CUDA events. Prints ms and useful
 // TFLOP/s (causal: 2 · T² · head_dim · heads multiply-adds, q·k and p·v, counted once: the kernel's
 // bf16 hi/lo products do three mma per product). Then decode: one token attending a context of
@@ -121,20 +122,24 @@ int main(int argc, char** argv) {
         // The prefill kernel over hi/lo parts and over bf16 inputs (the
         // decoder's default), the bf16 kernel (bf16 rows and inputs), and
         // the decode kernel (the slow path, timed once: f32 rows).
-        enum Kernel { kHiLo, kBf16Inputs, kBf16Kernel, kDecode };
-        for (const Kernel kind : {kHiLo, kBf16Inputs, kBf16Kernel, kDecode}) {
+        // The bf16 kernel with one warp per 16 query rows and with two
+        // (head dims 256 and 512).
+        enum Kernel { kHiLo, kBf16Inputs, kBf16Kernel, kBf16Split2, kDecode };
+        for (const Kernel kind : {kHiLo, kBf16Inputs, kBf16Kernel, kBf16Split2, kDecode}) {
           cuda::PagedAttention kp = p;
-          kp.bf16_inputs = kind == kBf16Inputs || kind == kBf16Kernel;
+          const bool bf16_kernel = kind == kBf16Kernel || kind == kBf16Split2;
+          const int split = kind == kBf16Split2 ? 2 : 1;
+          kp.bf16_inputs = kind == kBf16Inputs || bf16_kernel;
           if (kind != kDecode && !cuda::attention_prefill_supported(sh.head_dim, 0)) continue;
-          if (kind == kBf16Kernel && !cuda::attention_prefill_bf16_takes(kp, 0)) continue;
+          if (bf16_kernel && !cuda::attention_prefill_bf16_takes(kp, 0, split)) continue;
           if (kind == kDecode && bf16) continue;
           const int64_t n_tiles = int64_t(tiles.size() / 2);
           auto run = [&] {
             if (kind == kDecode)
               cuda::attention_paged(step.q.as<float>(), T, at, kp, step.out.as<float>(), nullptr);
-            else if (kind == kBf16Kernel)
+            else if (bf16_kernel)
               cuda::attention_prefill_bf16(step.q.as<float>(), at, d_tiles.as<int32_t>(), n_tiles,
-                                           kp, step.out.as<float>(), nullptr);
+                                           kp, step.out.as<float>(), nullptr, split);
             else
               cuda::attention_prefill(step.q.as<float>(), at, d_tiles.as<int32_t>(), n_tiles, kp,
                                       step.out.as<float>(), nullptr);
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
           const char* kernel = kind == kHiLo         ? "prefill (tensor cores)"
                                : kind == kBf16Inputs ? "prefill, bf16 inputs"
                                : kind == kBf16Kernel ? "prefill bf16 kernel"
+                               : kind == kBf16Split2 ? "prefill bf16 kernel, split 2"
                                                      : "decode (CUDA cores)";
           if (json)
             std::printf(
@@ -154,7 +160,7 @@ int main(int argc, char** argv) {
                 (long long)T, rows, kernel, step_ms, tflops);
           else
             std::printf(
-                "%-20s H%-3lld K%-2lld Dh%-4lld T %5lld %-4s rows  %-24s %9.3f ms  %6.1f TFLOP/s\n",
+                "%-20s H%-3lld K%-2lld Dh%-4lld T %5lld %-4s rows  %-29s %9.3f ms  %6.1f TFLOP/s\n",
                 sh.model, (long long)sh.heads, (long long)sh.kv_heads, (long long)sh.head_dim,
                 (long long)T, rows, kernel, step_ms, tflops);
         }

@@ -248,20 +248,25 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
       auto dtiles = upload(tiles);
       // q·scale and the weights as hi/lo parts (f32-level), or rounded to
       // bf16 (bf16_inputs: about 2e-3 relative error per input, so 1e-2);
-      // the bf16 kernel (attention_prefill_bf16) where it takes the shape.
-      for (int variant = 0; variant < 3; ++variant) {
-        const bool bf16_inputs = variant > 0, bf16_kernel = variant == 2;
+      // the bf16 kernel (attention_prefill_bf16) where it takes the shape,
+      // with one warp per 16 query rows and (head dims 256, 512) two.
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool bf16_inputs = variant > 0, bf16_kernel = variant >= 2;
+        const int split = variant == 3 ? 2 : 1;
         cuda::PagedAttention gp = base;
         gp.bf16_inputs = bf16_inputs;
-        if (bf16_kernel && !cuda::attention_prefill_bf16_takes(gp, 0)) continue;
+        if (bf16_kernel && !cuda::attention_prefill_bf16_takes(gp, 0, split)) continue;
         const double tol = bf16_inputs ? 1e-2 : 5e-5;
-        const char* how = bf16_kernel ? " (bf16 kernel)" : bf16_inputs ? " (bf16 inputs)" : "";
+        const char* how = variant == 3  ? " (bf16 kernel, split 2)"
+                          : bf16_kernel ? " (bf16 kernel, split 1)"
+                          : bf16_inputs ? " (bf16 inputs)"
+                                        : "";
         cuda::DeviceBuffer dout(want.size() * sizeof(float)), twin(want.size() * 2);
         gp.out_bf16 = twin.as<uint16_t>();
         const int64_t n_tiles = int64_t(tiles.size() / 2);
         if (bf16_kernel)
           cuda::attention_prefill_bf16(dq.as<float>(), at, dtiles.as<int32_t>(), n_tiles, gp,
-                                       dout.as<float>(), nullptr);
+                                       dout.as<float>(), nullptr, split);
         else
           cuda::attention_prefill(dq.as<float>(), at, dtiles.as<int32_t>(), n_tiles, gp,
                                   dout.as<float>(), nullptr);

@@ -274,11 +274,14 @@ bool attention_prefill_supported(int64_t head_dim, int device);
 // The same contract for the CUDA defaults (p.kv_bf16 and p.bf16_inputs) at
 // head dims 64, 128, 256 and 512, one tensor-core product per product, built for
 // throughput (attention_prefill_bf16.cu); attention_prefill hands it these
-// shapes unless TANDEM_CUDA_PREFILL_BF16=0.
+// shapes unless TANDEM_CUDA_PREFILL_BF16=0. split: the warps that share 16
+// query rows (1, or 2 at head dims 256 and 512); 0 takes the head dim's
+// default (1 until split 2 has run on a GPU), another is for tests and
+// measuring.
 void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t* tiles,
                             int64_t n_tiles, const PagedAttention& p, float* out,
-                            cudaStream_t stream);
-bool attention_prefill_bf16_takes(const PagedAttention& p, int device);
+                            cudaStream_t stream, int split = 0);
+bool attention_prefill_bf16_takes(const PagedAttention& p, int device, int split = 0);
 // Query tiles for n step tokens whose sequences are seq[0..n): runs of the
 // same sequence, cut every 64 tokens, as (first, end) pairs.
 std::vector<int32_t> attention_prefill_tiles(const int32_t* seq, int64_t n);
