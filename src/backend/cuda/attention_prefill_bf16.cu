@@ -12,9 +12,8 @@
 // - at head dim 512 two warps share each 16 query rows: each takes half the
 //   dims of the scores' dot products (the halves summed through shared
 //   memory) and half the output dims, so no score is computed twice and an
-//   SM runs 8 warps (split 2; UNFINISHED, not yet the default: see
-//   default_split) — with split 1, 256 output dims a block, the scores
-//   computed twice by 4-warp blocks;
+//   SM runs 8 warps (split 2, 2.7x split 1 on the H100) — with split 1, 256
+//   output dims a block, the scores computed twice by 4-warp blocks;
 // - scores in log2 units (log2(e) folded into q·scale, or into the
 //   soft-cap's factor), so the softmax takes one ex2 per weight;
 // - the mask is evaluated only on tiles that straddle a row's key range;
@@ -362,14 +361,17 @@ void launch_bf16_kernel(int64_t n_tiles, const float* q, const StepLayout& at,
   launch(kernel, grid, S::WARPS * 32, smem_bytes<D, SPLIT>(), stream, q, at, p, tiles, out);
 }
 
-// The split a head dim takes unless the caller asks for one: 1, or 2 at
-// head dims 256 and 512 with TANDEM_CUDA_PREFILL_SPLIT=2 (read at each
-// launch). UNFINISHED: split 2 was written in a session whose GPU time ran
-// out before it ran; it is meant to become 512's default once
-// CudaAttention.PagedAttentionMatchesCpu and the prefill benchmarks have run
-// it on the H200 (scripts/gpu-opt-in.sh BUILD OUT TANDEM_CUDA_PREFILL_SPLIT=2).
+// The split a head dim takes unless the caller asks for one: 2 at 512, 1
+// below; TANDEM_CUDA_PREFILL_SPLIT=1 or 2 (read at each launch, for
+// measuring) sets it at 256 and 512. On the H100: split 2 at 512 2.7x the
+// kernel's speed and +18% Gemma 4 prefill of 4,096 tokens; at 256 +16% for
+// the kernel on a causal prompt but -2% gemma-3-1b prefill (sliding
+// layers), so 256 keeps split 1 (bench/results/cuda-opt-in-2026-12-05.md).
 int default_split(int64_t head_dim) {
-  return head_dim >= 256 && env_is("TANDEM_CUDA_PREFILL_SPLIT", "2") ? 2 : 1;
+  if (head_dim < 256) return 1;
+  if (env_is("TANDEM_CUDA_PREFILL_SPLIT", "1")) return 1;
+  if (env_is("TANDEM_CUDA_PREFILL_SPLIT", "2")) return 2;
+  return head_dim == 512 ? 2 : 1;
 }
 
 // Shared memory of the kernel for (head_dim, split); 0: no such kernel.

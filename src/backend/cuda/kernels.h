@@ -276,8 +276,7 @@ bool attention_prefill_supported(int64_t head_dim, int device);
 // throughput (attention_prefill_bf16.cu); attention_prefill hands it these
 // shapes unless TANDEM_CUDA_PREFILL_BF16=0. split: the warps that share 16
 // query rows (1, or 2 at head dims 256 and 512); 0 takes the head dim's
-// default (1 until split 2 has run on a GPU), another is for tests and
-// measuring.
+// default (2 at 512), another is for tests and measuring.
 void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t* tiles,
                             int64_t n_tiles, const PagedAttention& p, float* out,
                             cudaStream_t stream, int split = 0);
