@@ -16,8 +16,9 @@
 # applied), OUT_DIR/prefill.jsonl (prefill of 4,096 tokens on each model
 # shape: defaults, each setting alone, all of them; the "setting" field says
 # which), OUT_DIR/decode.jsonl (batch-1 and 2-sequence decode of gemma-4-e2b
-# and llama-3.2-1b the same way) and OUT_DIR/attention.txt (the attention
-# kernels alone).
+# and llama-3.2-1b the same way), OUT_DIR/attention.txt (the attention
+# kernels alone) and OUT_DIR/bench-stderr.log: seven files, since the GPU
+# machine returns only about eight a call.
 # Exit status: non-zero when a test failed.
 set -u
 build=$1
@@ -56,13 +57,13 @@ each() {
 for m in llama-3.2-1b qwen3-1.7b ministral-3-3b gemma-3-1b gemma-4-e2b; do
   c=bench/configs/$m.json
   [ -f "$c" ] && each "$c" --context 16 --tokens 1 --prefill 4096
-done >"$out/prefill.jsonl" 2>"$out/prefill-stderr.log"
+done >"$out/prefill.jsonl" 2>"$out/bench-stderr.log"
 
 for m in gemma-4-e2b llama-3.2-1b; do
   for b in 1 2; do
     each "bench/configs/$m.json" --context 128 --tokens 128 --prefill 16 --batch $b
   done
-done >"$out/decode.jsonl" 2>"$out/decode-stderr.log"
+done >"$out/decode.jsonl" 2>>"$out/bench-stderr.log"
 
 [ -x "$build/bench_cuda_attention" ] &&
   timeout 180 "$build/bench_cuda_attention" >"$out/attention.txt" 2>&1
