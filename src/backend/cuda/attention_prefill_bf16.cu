@@ -27,6 +27,7 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
@@ -374,17 +375,31 @@ int default_split(int64_t head_dim) {
   return head_dim == 512 ? 2 : 1;
 }
 
+// The kernels built: calls f(D, SPLIT) as std::integral_constant values
+// for the one of (head_dim, split) and returns true, or returns false where
+// none is.
+template <class F>
+bool with_kernel(int64_t head_dim, int split, F&& f) {
+  const auto call = [&](auto d, auto s) {
+    if (head_dim != decltype(d)::value || split != decltype(s)::value) return false;
+    f(d, s);
+    return true;
+  };
+  using std::integral_constant;
+  return call(integral_constant<int, 64>{}, integral_constant<int, 1>{}) ||
+         call(integral_constant<int, 128>{}, integral_constant<int, 1>{}) ||
+         call(integral_constant<int, 256>{}, integral_constant<int, 1>{}) ||
+         call(integral_constant<int, 256>{}, integral_constant<int, 2>{}) ||
+         call(integral_constant<int, 512>{}, integral_constant<int, 1>{}) ||
+         call(integral_constant<int, 512>{}, integral_constant<int, 2>{});
+}
+
 // Shared memory of the kernel for (head_dim, split); 0: no such kernel.
 size_t smem_for(int64_t head_dim, int split) {
-  switch (head_dim * 2 + split) {
-    case 64 * 2 + 1: return smem_bytes<64, 1>();
-    case 128 * 2 + 1: return smem_bytes<128, 1>();
-    case 256 * 2 + 1: return smem_bytes<256, 1>();
-    case 256 * 2 + 2: return smem_bytes<256, 2>();
-    case 512 * 2 + 1: return smem_bytes<512, 1>();
-    case 512 * 2 + 2: return smem_bytes<512, 2>();
-    default: return 0;
-  }
+  size_t smem = 0;
+  with_kernel(head_dim, split,
+              [&](auto d, auto s) { smem = smem_bytes<decltype(d)::value, decltype(s)::value>(); });
+  return smem;
 }
 
 }  // namespace
@@ -415,14 +430,10 @@ void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t*
   PagedAttention pp = p;
   pp.block_shift = 0;
   while ((int64_t(1) << pp.block_shift) < p.block_size) ++pp.block_shift;
-  switch (p.head_dim * 2 + split) {
-    case 64 * 2 + 1: launch_bf16_kernel<64, 1>(n_tiles, q, at, pp, tiles, out, stream); break;
-    case 128 * 2 + 1: launch_bf16_kernel<128, 1>(n_tiles, q, at, pp, tiles, out, stream); break;
-    case 256 * 2 + 1: launch_bf16_kernel<256, 1>(n_tiles, q, at, pp, tiles, out, stream); break;
-    case 256 * 2 + 2: launch_bf16_kernel<256, 2>(n_tiles, q, at, pp, tiles, out, stream); break;
-    case 512 * 2 + 1: launch_bf16_kernel<512, 1>(n_tiles, q, at, pp, tiles, out, stream); break;
-    default: launch_bf16_kernel<512, 2>(n_tiles, q, at, pp, tiles, out, stream); break;
-  }
+  with_kernel(p.head_dim, split, [&](auto d, auto s) {
+    launch_bf16_kernel<decltype(d)::value, decltype(s)::value>(n_tiles, q, at, pp, tiles, out,
+                                                               stream);
+  });
 }
 
 }  // namespace tandem::cuda
