@@ -488,6 +488,45 @@ std::vector<int32_t> wide_heads_prompt() {
   return ids;
 }
 
+// The CUDA decoder's logits at every position of `ids`, fed in steps of
+// `step_tokens` under the serving numerics (bf16 KV rows, bf16 GEMM
+// inputs); the decoder reads its environment switches as it is made.
+std::vector<float> gpu_serving_logits(const Model& model, const std::vector<int32_t>& ids,
+                                      int64_t step_tokens) {
+  const int64_t n = int64_t(ids.size());
+  KvPool kv_pool = single_sequence_pool(model.spec, n + 1, step_tokens,
+                                        /*host_storage=*/false, DType::BF16);
+  cuda::Decoder gpu(model, kv_pool, step_tokens, 0, cuda::GemmInputs::Bf16);
+  SequenceKv kv;
+  std::vector<float> got(size_t(n * model.spec.vocab));
+  run_sequence(gpu, ids.data(), n, kv, got.data(), true);
+  return got;
+}
+
+// An environment variable set for a scope and restored after it (a run may
+// set the same switch for all its tests).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), before_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, before_;
+  bool had_ = false;
+};
+
 struct WideShape {
   const char* config;
   int64_t head_dim;
@@ -551,23 +590,14 @@ TEST(CudaDecoderWideHeads, PrefillStepsMatchTheCpuDecoder) {
     const WideHeadsModel m(shape.config);
     const Model& model = *m.model;
     const std::vector<int32_t> ids = wide_heads_prompt();
-    const int64_t n = int64_t(ids.size()), step_tokens = 256;
+    const int64_t step_tokens = 256;
     const std::vector<float> want = cpu_bf16_gemm_inputs(model, ids, /*bf16_rows=*/true);
-    // Restored afterwards: a run may set it for all its tests.
-    const char* before = std::getenv("TANDEM_CUDA_PREFILL_BF16");
-    const std::string saved = before ? before : "";
     for (const bool bf16_kernel : {false, true}) {
-      setenv("TANDEM_CUDA_PREFILL_BF16", bf16_kernel ? "1" : "0", 1);
-      KvPool kv_pool = single_sequence_pool(model.spec, n + 1, step_tokens,
-                                            /*host_storage=*/false, DType::BF16);
-      cuda::Decoder gpu(model, kv_pool, step_tokens, 0, cuda::GemmInputs::Bf16);
-      SequenceKv kv;
-      std::vector<float> got(size_t(n * model.spec.vocab));
-      run_sequence(gpu, ids.data(), n, kv, got.data(), true);
-      if (before)
-        setenv("TANDEM_CUDA_PREFILL_BF16", saved.c_str(), 1);
-      else
-        unsetenv("TANDEM_CUDA_PREFILL_BF16");
+      std::vector<float> got;
+      {
+        const ScopedEnv env("TANDEM_CUDA_PREFILL_BF16", bf16_kernel ? "1" : "0");
+        got = gpu_serving_logits(model, ids, step_tokens);
+      }
       const double err = relative_error(got, want);
       std::printf(
           "[cuda decoder] %s shape, head dim %lld, steps of %lld, %s: max|gpu - cpu| = %.2e x "
@@ -577,5 +607,47 @@ TEST(CudaDecoderWideHeads, PrefillStepsMatchTheCpuDecoder) {
       EXPECT_LE(err, 0.1) << shape.config
                           << (bf16_kernel ? " attention_prefill_bf16" : " hi/lo prefill kernel");
     }
+  }
+}
+
+// The bucket a decode step of n sequences replays: powers of two, and from
+// 16 also 1.5 times them, so from 16 sequences on at most a third of the
+// rows are padding; capped at the step limit. (A host function: it runs
+// without a GPU.)
+TEST(CudaDecoderBuckets, PowersOfTwoAndHalfAgain) {
+  const std::pair<int64_t, int64_t> cases[] = {{1, 1},   {2, 2},   {3, 4},    {5, 8},    {9, 16},
+                                               {16, 16}, {17, 24}, {25, 32},  {32, 32},  {33, 48},
+                                               {49, 64}, {65, 96}, {97, 128}, {129, 192}};
+  for (const auto& [n, bucket] : cases)
+    EXPECT_EQ(cuda::Decoder::graph_bucket(n, 1024), bucket) << n << " sequences";
+  for (int64_t n = 16; n <= 1000; ++n) {
+    const int64_t b = cuda::Decoder::graph_bucket(n, 4096);
+    EXPECT_GE(b, n);
+    EXPECT_LE(2 * b, 3 * n) << n << " sequences pad more than a third of " << b << " rows";
+  }
+  EXPECT_EQ(cuda::Decoder::graph_bucket(100, 64), 64);
+}
+
+// Steps of 17 to 32 tokens on the skinny GEMM (TANDEM_CUDA_SKINNY_MAX_TOKENS
+// =32: three and four 8-token tiles), which no fixture test reaches: the
+// wide-heads shapes fed 300 tokens in steps of 32 (the last of 12), with
+// bf16 KV rows and GEMM inputs, against the CPU decoder rounding its rows
+// and matmul inputs the same way: within the bf16-inputs tolerance of 0.1
+// x std.
+TEST(CudaDecoderWideHeads, SkinnyStepsOf32MatchTheCpuDecoder) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  const ScopedEnv env("TANDEM_CUDA_SKINNY_MAX_TOKENS", "32");
+  for (const WideShape shape : kWideShapes) {
+    const WideHeadsModel m(shape.config);
+    const Model& model = *m.model;
+    const std::vector<int32_t> ids = wide_heads_prompt();
+    const int64_t step_tokens = 32;
+    const std::vector<float> want = cpu_bf16_gemm_inputs(model, ids, /*bf16_rows=*/true);
+    const std::vector<float> got = gpu_serving_logits(model, ids, step_tokens);
+    const double err = relative_error(got, want);
+    std::printf("[cuda decoder] %s shape, skinny steps of %lld: max|gpu - cpu| = %.2e x std\n",
+                shape.config, (long long)step_tokens, err);
+    EXPECT_LE(err, 0.1) << shape.config;
   }
 }

@@ -117,14 +117,6 @@ std::vector<const WeightMatrix*> qkv_parts(const LayerSpec& ls, const LayerWeigh
   return parts;
 }
 
-// Batch sizes decode graphs are captured for: 1, 2, 4, 8, then 1.5x steps
-// rounded up to 8 (16, 24, 40, 64, 96, 144, 216), capped at the step limit.
-int64_t bucket_for(int64_t n, int64_t max) {
-  int64_t b = 1;
-  while (b < n) b = b < 8 ? b * 2 : (b + b / 2 + 7) / 8 * 8;
-  return std::min(b, max);
-}
-
 bool graphs_enabled_by_env() {
   return !env_is("TANDEM_CUDA_GRAPHS", "0");
 }
@@ -279,7 +271,8 @@ struct Decoder::Impl {
   // skinny_gemm_bf16 instead of cuBLAS (TANDEM_CUDA_SKINNY_MAX_TOKENS, at
   // most kSkinnyGemmMaxTokens; 0: cuBLAS always). Measured on the H200
   // against cuBLAS (context 1,024): +3-7% at 4 and 8 sequences, +1.4% at 16
-  // (llama-3.2-1b, ministral-3-3b), at 32 llama +1% and gemma-3-1b -0.4%.
+  // (llama-3.2-1b, ministral-3-3b); at 32 (twenty-first session) 17-21%
+  // behind on every shape (gemma-3-1b 16,513 -> 12,992 tok/s).
   const int64_t skinny_tokens = env_count("TANDEM_CUDA_SKINNY_MAX_TOKENS", 16);
   // Steps of at most this many tokens take every layer projection as a GEMV,
   // so they fuse norms, residual adds and the gated activation into them
@@ -1254,6 +1247,23 @@ void Decoder::leave_out(std::vector<std::string> ops) {
 void Decoder::set_graphs(bool on) {
   impl_->graphs = on;
 }
+// The sequence before (1.5x steps rounded up to 8 from 8: 16, 24, 40, 64,
+// 96, 144) ran 32 sequences as 40 rows, past the skinny GEMM's 32 tokens;
+// TANDEM_CUDA_GRAPH_BUCKETS=legacy keeps it, for measuring.
+int64_t Decoder::graph_bucket(int64_t n, int64_t max_step_tokens) {
+  static const bool legacy = env_is("TANDEM_CUDA_GRAPH_BUCKETS", "legacy");
+  int64_t b = 1;
+  while (b < n) {
+    if (legacy)
+      b = b < 8 ? b * 2 : (b + b / 2 + 7) / 8 * 8;
+    else if (b < 16)
+      b *= 2;
+    else
+      b = (b & (b - 1)) == 0 ? b + b / 2 : b / 3 * 4;  // p -> 1.5p -> 2p
+  }
+  return std::min(b, max_step_tokens);
+}
+
 int64_t Decoder::gemv_max_tokens() {
   return env_count("TANDEM_GEMV_MAX_TOKENS", 2);  // for measuring where the paths cross
 }
@@ -1313,7 +1323,7 @@ void Decoder::step(std::span<const SeqStep> batch) {
   const bool graph = m.graphs && decode_only;
   static const bool early_keys = !env_is("TANDEM_DECODE_EARLY_KEYS", "0");  // for measuring
   m.one_token_per_sequence = decode_only && early_keys;
-  const int64_t T = graph ? bucket_for(tokens, m.max_tokens) : tokens;
+  const int64_t T = graph ? graph_bucket(tokens, m.max_tokens) : tokens;
   int32_t* ids = m.host<int32_t>(m.off_ids);
   int32_t* ple_ids = m.host<int32_t>(m.off_ple_ids);
   int32_t* seq = m.host<int32_t>(m.off_seq);

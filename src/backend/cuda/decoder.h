@@ -101,6 +101,11 @@ class Decoder : public StepRunner {
   // the bf16 size each step, so the GEMV stays ahead for longer.
   static int64_t affine_gemv_max_tokens();
 
+  // The rows a decode step of n sequences runs as (the bucket whose CUDA
+  // graph it replays, padding rows decoding into scratch blocks): powers of
+  // two, and from 16 also 1.5 times them, capped at max_step_tokens.
+  static int64_t graph_bucket(int64_t n, int64_t max_step_tokens);
+
   // Device bytes the weights of `model` will take (what the constructor
   // uploads), for sizing the KV cache before constructing.
   static size_t weight_bytes_for(const Model& model);

@@ -7,7 +7,9 @@
 // picks tiles made for wide products and streams the weights below the
 // bandwidth; the fused GEMV (gemv.cu) runs its 4-8 tokens on CUDA cores and
 // is bound by its multiply-adds. Measured on the H200 against cuBLAS
-// (context 1,024): +3-7% at 4 and 8 sequences, +1.4% at 16, even at 32.
+// (context 1,024): +3-7% at 4 and 8 sequences, +1.4% at 16; 17-21% behind at
+// 32 (every block rereads all the tokens' activations: large matrices turn
+// L2-bound), so the decoder gives it steps of up to 16.
 //
 // A block takes 16 weight rows; its 8 warps split the columns, 64 at a
 // step. Lane (g = lane / 4, q = lane % 4) loads row g's and row g + 8's

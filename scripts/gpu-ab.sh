@@ -1,0 +1,53 @@
+#!/bin/sh
+# Batched decode under several settings of the CUDA switches, in one call
+# on the GPU machine (the A/B measurement of a switch before it becomes a
+# default, or of a default against what it replaced):
+#
+#   scripts/gpu-ab.sh BUILD_DIR OUT_DIR [SETTING ...]
+#
+# A SETTING is a space-separated list of VAR=VALUE ("" for the defaults).
+# MODELS (default: the five shapes in bench/configs) and BATCHES (default
+# 32) choose the runs: bench_cuda_decode at context 1,024, 32 tokens, every
+# model at every batch under every setting, one JSON line each in
+# OUT_DIR/ab.jsonl with a "setting" field. PROFILE_MODEL (default
+# gemma-3-1b) is also profiled op by op at the first batch under each
+# setting: OUT_DIR/ab-profile.txt. Errors in OUT_DIR/ab-stderr.log.
+set -u
+build=$1
+out=$2
+shift 2
+[ $# -gt 0 ] || set -- ""
+models=${MODELS:-llama-3.2-1b qwen3-1.7b ministral-3-3b gemma-3-1b gemma-4-e2b}
+batches=${BATCHES:-32}
+profile_model=${PROFILE_MODEL:-gemma-3-1b}
+mkdir -p "$out"
+[ -d "$build/libs" ] && export LD_LIBRARY_PATH="$build/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+TANDEM_SOURCE_DIR=$(pwd)
+export TANDEM_SOURCE_DIR
+
+# bench_cuda_decode under the setting given first, its JSON line labelled.
+bench() {
+  label=$1
+  shift
+  (
+    for v in $label; do export "$v"; done
+    timeout 120 "$build/bench_cuda_decode" "$@" | sed "s/^{/{\"setting\": \"${label:-defaults}\", /"
+  )
+}
+for m in $models; do
+  for b in $batches; do
+    for s in "$@"; do
+      bench "$s" "bench/configs/$m.json" --context 1024 --tokens 32 --batch "$b" --prefill 16
+    done
+  done
+done >"$out/ab.jsonl" 2>"$out/ab-stderr.log"
+
+first_batch=${batches%% *}
+for s in "$@"; do
+  echo "== setting: ${s:-defaults}"
+  (
+    for v in $s; do export "$v"; done
+    timeout 120 "$build/bench_cuda_decode" "bench/configs/$profile_model.json" --context 1024 \
+      --tokens 16 --batch "$first_batch" --prefill 16 --profile 2>&1 >/dev/null
+  )
+done >"$out/ab-profile.txt"
