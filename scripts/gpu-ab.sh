@@ -12,6 +12,11 @@
 # OUT_DIR/ab.jsonl with a "setting" field. PROFILE_MODEL (default
 # gemma-3-1b) is also profiled op by op at the first batch under each
 # setting: OUT_DIR/ab-profile.txt. Errors in OUT_DIR/ab-stderr.log.
+# BENCH_ARGS: more bench_cuda_decode arguments for every run, e.g. the
+# packed 4-bit lane at batch 1:
+#
+#   BATCHES=1 BENCH_ARGS="--quantize 4" scripts/gpu-ab.sh B OUT \
+#     TANDEM_CUDA_PACKED_QUANT=1 "TANDEM_CUDA_PACKED_QUANT=1 TANDEM_CUDA_AFFINE_STAGE=1"
 set -u
 build=$1
 out=$2
@@ -37,7 +42,9 @@ bench() {
 for m in $models; do
   for b in $batches; do
     for s in "$@"; do
-      bench "$s" "bench/configs/$m.json" --context 1024 --tokens 32 --batch "$b" --prefill 16
+      # shellcheck disable=SC2086 # BENCH_ARGS is a list of arguments
+      bench "$s" "bench/configs/$m.json" --context 1024 --tokens 32 --batch "$b" --prefill 16 \
+        ${BENCH_ARGS:-}
     done
   done
 done >"$out/ab.jsonl" 2>"$out/ab-stderr.log"
@@ -48,6 +55,6 @@ for s in "$@"; do
   (
     for v in $s; do export "$v"; done
     timeout 120 "$build/bench_cuda_decode" "bench/configs/$profile_model.json" --context 1024 \
-      --tokens 16 --batch "$first_batch" --prefill 16 --profile 2>&1 >/dev/null
+      --tokens 16 --batch "$first_batch" --prefill 16 ${BENCH_ARGS:-} --profile 2>&1 >/dev/null
   )
 done >"$out/ab-profile.txt"

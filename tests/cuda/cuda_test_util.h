@@ -45,6 +45,30 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   return v;
 }
 
+// An environment variable set for a scope and restored after it (a run may
+// set the same switch for all its tests).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), before_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, before_;
+  bool had_ = false;
+};
+
 // A path in the checkout: under $TANDEM_SOURCE_DIR when set (a build
 // carried to another machine), else the source folder the build came from.
 inline std::string source_path(const std::string& relative) {

@@ -503,30 +503,6 @@ std::vector<float> gpu_serving_logits(const Model& model, const std::vector<int3
   return got;
 }
 
-// An environment variable set for a scope and restored after it (a run may
-// set the same switch for all its tests).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* before = std::getenv(name);
-    had_ = before != nullptr;
-    if (had_) before_ = before;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), before_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, before_;
-  bool had_ = false;
-};
-
 struct WideShape {
   const char* config;
   int64_t head_dim;

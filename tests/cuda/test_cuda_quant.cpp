@@ -7,7 +7,9 @@
 //    the activations' rounding, Σ |w| · d / 2; bits 4 and 8, groups
 //    32/64/128, batches 1, 3 and 9, up to 8,192 columns; and with each
 //    fusion (input norm, bias, residual add, gated activation) against the
-//    unfused math in double (gemv_reference.h states the bound);
+//    unfused math in double (gemv_reference.h states the bound); each with
+//    the activations quantized by their own kernel and, at batches 1-2,
+//    inside the GEMV (TANDEM_CUDA_AFFINE_STAGE=1);
 //  - dequantize_affine_bf16 and embed_rows_affine: bit-exact;
 //  - cuda::Decoder on on-load-quantized fixtures with
 //    TANDEM_CUDA_PACKED_QUANT=1 (the matrices stay packed on the device:
@@ -112,48 +114,52 @@ TEST(CudaQuant, GemvMatchesTheDequantizedReference) {
           std::vector<float> x(size_t(n * cols));
           for (float& v : x) v = d(rng);
           auto dx = upload(x);
-          cuda::DeviceBuffer dy(size_t(n * rows) * 4);
-          cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
-          const auto got = download<float>(dy, size_t(n * rows));
-          std::vector<QuantizedRow> xq;
-          std::vector<double> half_step(size_t(n * cols));  // d / 2 of each value's block
-          for (int64_t t = 0; t < n; ++t) {
-            xq.push_back(quantize_row(
-                std::vector<double>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
-            for (int64_t b = 0; b < cols; b += 32) {
-              double amax = 0;
-              for (int64_t c = b; c < b + 32; ++c)
-                amax = std::max(amax, std::fabs(double(x[size_t(t * cols + c)])));
-              for (int64_t c = b; c < b + 32; ++c) half_step[size_t(t * cols + c)] = amax / 254;
-            }
-          }
-          int bad = 0;
-          for (int64_t r = 0; r < rows; ++r) {
-            const std::vector<float> wr = w.row(r);
+          for (const char* stage : {"0", "1"}) {
+            const ScopedEnv env("TANDEM_CUDA_AFFINE_STAGE", stage);
+            cuda::DeviceBuffer dy(size_t(n * rows) * 4);
+            cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
+            const auto got = download<float>(dy, size_t(n * rows));
+            std::vector<QuantizedRow> xq;
+            std::vector<double> half_step(size_t(n * cols));  // d / 2 of each value's block
             for (int64_t t = 0; t < n; ++t) {
-              double ref = 0, mag = 0, exact = 0, rounding = 0;
-              for (int64_t c = 0; c < cols; ++c) {
-                const double wv = wr[size_t(c)], xv = x[size_t(t * cols + c)];
-                const double q = xq[size_t(t)].value[size_t(c)];
-                ref += wv * q;
-                mag += std::fabs(wv * q);
-                exact += wv * xv;
-                rounding += std::fabs(wv) * half_step[size_t(t * cols + c)];
+              xq.push_back(quantize_row(
+                  std::vector<double>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
+              for (int64_t b = 0; b < cols; b += 32) {
+                double amax = 0;
+                for (int64_t c = b; c < b + 32; ++c)
+                  amax = std::max(amax, std::fabs(double(x[size_t(t * cols + c)])));
+                for (int64_t c = b; c < b + 32; ++c) half_step[size_t(t * cols + c)] = amax / 254;
               }
-              const double g = got[size_t(t * rows + r)];
-              if (std::fabs(g - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
-                ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
-                              << " [" << t << ", " << r << "] gpu " << g << " ref " << ref;
-              // The rounding of the activations alone: each q · d within d / 2
-              // of x (d = max|x| / 127 of its block), so the product within
-              // Σ |w| · d / 2 of the exact one.
-              if (std::fabs(g - exact) > rounding + 1e-5 * mag + 1e-6 && bad++ < 3)
-                ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
-                              << " [" << t << ", " << r << "] gpu " << g << " f32 product " << exact
-                              << " beyond the int8 rounding " << rounding;
             }
+            int bad = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+              const std::vector<float> wr = w.row(r);
+              for (int64_t t = 0; t < n; ++t) {
+                double ref = 0, mag = 0, exact = 0, rounding = 0;
+                for (int64_t c = 0; c < cols; ++c) {
+                  const double wv = wr[size_t(c)], xv = x[size_t(t * cols + c)];
+                  const double q = xq[size_t(t)].value[size_t(c)];
+                  ref += wv * q;
+                  mag += std::fabs(wv * q);
+                  exact += wv * xv;
+                  rounding += std::fabs(wv) * half_step[size_t(t * cols + c)];
+                }
+                const double g = got[size_t(t * rows + r)];
+                if (std::fabs(g - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
+                  ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
+                                << " [" << t << ", " << r << "] gpu " << g << " ref " << ref;
+                // The rounding of the activations alone: each q · d within d / 2
+                // of x (d = max|x| / 127 of its block), so the product within
+                // Σ |w| · d / 2 of the exact one.
+                if (std::fabs(g - exact) > rounding + 1e-5 * mag + 1e-6 && bad++ < 3)
+                  ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
+                                << " [" << t << ", " << r << "] gpu " << g << " f32 product "
+                                << exact << " beyond the int8 rounding " << rounding;
+              }
+            }
+            EXPECT_EQ(bad, 0) << bits << "-bit group " << group << " n " << n
+                              << " TANDEM_CUDA_AFFINE_STAGE=" << stage;
           }
-          EXPECT_EQ(bad, 0) << bits << "-bit group " << group << " n " << n;
         }
 }
 
@@ -179,13 +185,17 @@ TEST(CudaQuant, GemvFusionsMatchTheUnfusedMath) {
           const auto base = random_floats(size_t(n * rows), 32);
           const int64_t outputs = f.gate != cuda::GemvGate::None ? rows / 2 : rows;
           auto dx = upload(x);
-          auto dy = upload(f.accumulate ? base : std::vector<float>(size_t(n * outputs), 0.f));
           DeviceFusion df(f);
-          cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr, df.fusion);
-          expect_fused_gemv(download<float>(dy, size_t(n * outputs)), W, rows, cols, x, n, f, base,
-                            std::to_string(bits) + "-bit " + std::to_string(rows) +
-                                " rows n=" + std::to_string(n) + " " + f.name,
-                            /*int8_acts=*/true);
+          for (const char* stage : {"0", "1"}) {
+            const ScopedEnv env("TANDEM_CUDA_AFFINE_STAGE", stage);
+            auto dy = upload(f.accumulate ? base : std::vector<float>(size_t(n * outputs), 0.f));
+            cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr, df.fusion);
+            expect_fused_gemv(
+                download<float>(dy, size_t(n * outputs)), W, rows, cols, x, n, f, base,
+                std::to_string(bits) + "-bit " + std::to_string(rows) + " rows n=" +
+                    std::to_string(n) + " " + f.name + " TANDEM_CUDA_AFFINE_STAGE=" + stage,
+                /*int8_acts=*/true);
+          }
         }
 }
 

@@ -45,6 +45,15 @@ struct Acts {
   }
 };
 
+// The raw activations a staging GEMV quantizes itself (gemv_affine_kernel's
+// STAGE): x ([N, cols] f32) and the input norm to apply first.
+struct StagedInput {
+  const float* x = nullptr;
+  bool normalize = false;
+  const float* norm_weight = nullptr;  // null: no weight
+  float eps = 0.f;
+};
+
 size_t act_row_bytes(int bits, int64_t cols) {
   return bits == 4 ? Acts<4>::row_bytes(int(cols)) : Acts<8>::row_bytes(int(cols));
 }
@@ -66,47 +75,36 @@ constexpr int kQuantizeThreads = 512;
 // the norm weight, loaded before the PDL wait (up to 4,096 columns).
 constexpr int kCachedX = 6, kCachedW = 2;
 
-// Quantizes row blockIdx.x of x ([n, cols]) into `out` (rows row_bytes
-// apart). With `normalize`, the row is first rmsnorm(x) · norm_weight (null:
-// no weight) as the CPU's rmsnorm computes it: x · inv · w, inv = 1 /
-// sqrt(Σx² / cols + eps). kQuantizeThreads threads; thread i takes float4s
-// i, i + kQuantizeThreads, ..., so 8 neighbours hold a block of 32 values.
-// This kernel sits on the decode chain between each GEMV's producer and the
-// GEMV (whose blocks wait in pdl_wait with their first weights loaded):
-// every load it can issue early, it does (the norm weight before the PDL
-// wait; x once, kept in registers). x, written by the kernel before, is
-// read with plain loads, never __ldg (see gemv_affine_kernel).
-template <int BITS>
-__global__ void __launch_bounds__(kQuantizeThreads)
-    quantize_acts_kernel(const float* x, int cols, bool normalize,
-                         const float* __restrict__ norm_weight, float eps,
-                         uint8_t* __restrict__ out, size_t row_bytes) {
+// Quantizes one activation row (xr: cols / 4 float4s) into `row` (Acts
+// layout) with the NT threads of the block. With `normalize`, the row is
+// first rmsnorm(x) · norm_weight (gw null: no weight) as the CPU's rmsnorm
+// computes it: x · inv · w, inv = 1 / sqrt(Σx² / cols + eps). Thread i takes
+// float4s i, i + NT, ..., so 8 neighbours hold a block of 32 values; it
+// keeps its first KX float4s of x in registers between the norm's sum and
+// the quantization (wider rows read the rest twice), and `g` holds its
+// first KW float4s of the norm weight, loaded by the caller (before the PDL
+// wait). `partial`: NT / 32 floats of shared memory, free again on return.
+// x, written by the kernel before, is read with plain loads, never __ldg
+// (see gemv_affine_kernel).
+template <int BITS, int NT, int KX, int KW>
+__device__ __forceinline__ void quantize_row(const float4* xr, int cols, bool normalize,
+                                             const float4* gw, const float4 (&g)[KW], float eps,
+                                             uint8_t* row, float* partial) {
   using A = Acts<BITS>;
-  constexpr int NT = kQuantizeThreads;
-  __shared__ float partial[NT / 32];
-  pdl_launch_dependents();
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, quads = cols / 4;
-  const float4* gw =
-      normalize && norm_weight ? reinterpret_cast<const float4*>(norm_weight) : nullptr;
   const float4 one = make_float4(1.f, 1.f, 1.f, 1.f);
   auto weight = [&](int f) { return gw && f < quads ? __ldg(gw + f) : one; };
-  float4 g[kCachedW];
-#pragma unroll
-  for (int k = 0; k < kCachedW; ++k) g[k] = weight(tid + NT * k);
-  pdl_wait();
-  const float4* xr = reinterpret_cast<const float4*>(x + size_t(blockIdx.x) * size_t(cols));
-  uint8_t* row = out + size_t(blockIdx.x) * row_bytes;
   auto value = [&](int f) { return f < quads ? xr[f] : make_float4(0.f, 0.f, 0.f, 0.f); };
-  float4 xs[kCachedX];
+  float4 xs[KX];
 #pragma unroll
-  for (int k = 0; k < kCachedX; ++k) xs[k] = value(tid + NT * k);
+  for (int k = 0; k < KX; ++k) xs[k] = value(tid + NT * k);
   float inv = 1.f;
   if (normalize) {
     float ss = 0.f;
 #pragma unroll
-    for (int k = 0; k < kCachedX; ++k)
+    for (int k = 0; k < KX; ++k)
       ss += xs[k].x * xs[k].x + xs[k].y * xs[k].y + xs[k].z * xs[k].z + xs[k].w * xs[k].w;
-    for (int f = tid + NT * kCachedX; f < quads; f += NT) {
+    for (int f = tid + NT * KX; f < quads; f += NT) {
       const float4 a = xr[f];
       ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
@@ -117,6 +115,7 @@ __global__ void __launch_bounds__(kQuantizeThreads)
 #pragma unroll
     for (int j = 0; j < NT / 32; ++j) total += partial[j];
     inv = 1.0f / sqrtf(total / float(cols) + eps);
+    __syncthreads();  // partial is free for the next row
   }
   const int vecs = A::vecs(cols), j = tid % 8;
   float2* meta = reinterpret_cast<float2*>(row + A::meta_at(cols));
@@ -125,9 +124,9 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   for (int k = 0; 32 * warp + NT * k < quads; ++k) {
     const int f = tid + NT * k, blk = f / 8;
     const bool valid = f < quads;
-    float4 a = k < kCachedX ? pick(xs, k) : value(f);
+    float4 a = k < KX ? pick(xs, k) : value(f);
     if (normalize) {
-      const float4 w = k < kCachedW ? pick(g, k) : weight(f);
+      const float4 w = k < KW ? pick(g, k) : weight(f);
       a = make_float4(a.x * inv * w.x, a.y * inv * w.y, a.z * inv * w.z, a.w * inv * w.w);
     }
     float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
@@ -161,6 +160,40 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   }
 }
 
+// The norm weight's first KW float4s for thread threadIdx.x of NT (ones
+// without a weight), taken before the PDL wait: weights are never written.
+template <int NT, int KW>
+__device__ __forceinline__ void load_norm_weight(const float4* gw, int cols, float4 (&g)[KW]) {
+#pragma unroll
+  for (int k = 0; k < KW; ++k) {
+    const int f = int(threadIdx.x) + NT * k;
+    g[k] = gw && f < cols / 4 ? __ldg(gw + f) : make_float4(1.f, 1.f, 1.f, 1.f);
+  }
+}
+
+// Quantizes row blockIdx.x of x ([n, cols]) into `out` (rows row_bytes
+// apart), normed first when `normalize` (quantize_row). This kernel sits on
+// the decode chain between each GEMV's producer and the GEMV (whose blocks
+// wait in pdl_wait with their first weights loaded): every load it can
+// issue early, it does (the norm weight before the PDL wait; x once, kept
+// in registers).
+template <int BITS>
+__global__ void __launch_bounds__(kQuantizeThreads)
+    quantize_acts_kernel(const float* x, int cols, bool normalize,
+                         const float* __restrict__ norm_weight, float eps,
+                         uint8_t* __restrict__ out, size_t row_bytes) {
+  __shared__ float partial[kQuantizeThreads / 32];
+  pdl_launch_dependents();
+  const float4* gw =
+      normalize && norm_weight ? reinterpret_cast<const float4*>(norm_weight) : nullptr;
+  float4 g[kCachedW];
+  load_norm_weight<kQuantizeThreads, kCachedW>(gw, cols, g);
+  pdl_wait();
+  quantize_row<BITS, kQuantizeThreads, kCachedX, kCachedW>(
+      reinterpret_cast<const float4*>(x + size_t(blockIdx.x) * size_t(cols)), cols, normalize, gw,
+      g, eps, out + size_t(blockIdx.x) * row_bytes, partial);
+}
+
 // c + Σ of the 4 byte products: unsigned codes (8-bit codes reach 255)
 // times signed activations.
 __device__ __forceinline__ int dot4(uint32_t codes, uint32_t acts, int c) {
@@ -189,17 +222,25 @@ __device__ __forceinline__ int dot4(uint32_t codes, uint32_t acts, int c) {
 // match the CPU to 1e-6 (three repeats) at __ldg's speed (llama q4 batch 1:
 // 1,549 tok/s; ld.global.cg, which skips L1: 1,116; staging each block's
 // activations in shared memory with ld.global.cg: 1,481).
-template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT>
+//
+// STAGE (TANDEM_CUDA_AFFINE_STAGE=1, batches of 1-2): no quantize kernel
+// ahead of this one; each block quantizes the N rows of `stage.x` itself
+// (quantize_row, normed as stage says) into its shared memory (N rows of
+// act_bytes) right after the PDL wait, and reads them from there — one
+// dependent launch fewer a projection, for a prologue every block repeats.
+template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT, bool STAGE>
 __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
                                    const float* __restrict__ biases, int group_shift, int rows,
                                    int cols, const uint8_t* acts, size_t act_bytes, float* y,
-                                   GemvFusion f) {
+                                   GemvFusion f, StagedInput stage) {
   using A = Acts<BITS>;
   constexpr int VC = A::kVecCols;
   const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32;
   pdl_launch_dependents();
-  if (SPLIT == 1 && !wr.any()) return;  // split warps meet at gather_split's barrier
+  // Split warps meet at gather_split's barrier, staging blocks at the
+  // prologue's: only then may a warp without rows leave.
+  if (SPLIT == 1 && !STAGE && !wr.any()) return;
   const int vecs = A::vecs(cols), groups = cols >> group_shift;
   const ColumnShare<SPLIT> share(vecs);
   const int first = int(share.first), count = int(share.count);  // this warp's vectors
@@ -218,7 +259,27 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
       if (lane + 32 * u < count) v[r][u] = __ldg(w[r] + lane + 32 * u);
-  pdl_wait();
+  if constexpr (STAGE) {
+    extern __shared__ __align__(16) uint8_t staged[];  // N rows of act_bytes
+    __shared__ float partial[kWarpsPerBlock];
+    constexpr int NT = kWarpsPerBlock * 32;
+    const float4* gw = stage.normalize && stage.norm_weight
+                           ? reinterpret_cast<const float4*>(stage.norm_weight)
+                           : nullptr;
+    float4 g[1];
+    load_norm_weight<NT, 1>(gw, cols, g);
+    pdl_wait();
+#pragma unroll
+    for (int t = 0; t < N; ++t)
+      quantize_row<BITS, NT, 1, 1>(reinterpret_cast<const float4*>(stage.x + size_t(t) * cols),
+                                   cols, stage.normalize, gw, g, stage.eps, staged + t * act_bytes,
+                                   partial);
+    __syncthreads();
+    acts = staged;
+    if (SPLIT == 1 && !wr.any()) return;
+  } else {
+    pdl_wait();
+  }
   const uint4* planes = reinterpret_cast<const uint4*>(acts);  // row t, plane p: + (t·rb + p·vecs)
   const float2* meta = reinterpret_cast<const float2*>(acts + A::meta_at(cols));
   const int row_vec4s = int(act_bytes / 16), row_float2s = int(act_bytes / 8);
@@ -281,9 +342,11 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
 // A 2,048-column row is 64 vectors at 4 bits: 2 per lane, all in flight
 // with the other row of a gate/up pair. Batches of up to kMaxSplitBatch rows
 // split a unit's vectors over warps when it has few rows (gemv_affine_split).
-template <int N, int BITS, bool GATED>
+// STAGE: the kernel quantizes `stage` itself (acts unused), with N rows of
+// act_bytes of shared memory.
+template <int N, int BITS, bool GATED, bool STAGE = false>
 void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, float* y,
-                 const GemvFusion& f, cudaStream_t stream) {
+                 const GemvFusion& f, cudaStream_t stream, const StagedInput& stage = {}) {
   constexpr int kRows = GATED ? 2 : 1;
   constexpr int kUnroll = (N <= 2 ? 4 : 2) / kRows;
   const int64_t units = WarpRows<kRows, GATED>::units(w.rows);
@@ -292,22 +355,49 @@ void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, f
     if constexpr (S == 1 || N <= kMaxSplitBatch) {
       constexpr int kUnits = ColumnShare<S>::kUnitsPerBlock;
       const unsigned blocks = unsigned((units + kUnits - 1) / kUnits);
-      launch(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S>, blocks, kWarpsPerBlock * 32, 0,
-             stream, reinterpret_cast<const uint4*>(w.data), w.scales, w.biases,
-             affine::log2_exact(w.group), int(w.rows), int(w.cols), acts, act_bytes, y, f);
+      launch(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, STAGE>, blocks,
+             kWarpsPerBlock * 32, STAGE ? size_t(N) * act_bytes : 0, stream,
+             reinterpret_cast<const uint4*>(w.data), w.scales, w.biases,
+             affine::log2_exact(w.group), int(w.rows), int(w.cols), acts, act_bytes, y, f, stage);
     }
   });
+}
+
+// Whether batches of n rows over `cols` columns quantize their activations
+// inside the GEMV (TANDEM_CUDA_AFFINE_STAGE=1, read at each launch; decode
+// steps are captured once): batches of 1-2 whose rows fit the default 48 KB
+// of shared memory. Opt-in: written without a GPU, not yet measured.
+bool stages_activations(int bits, int64_t n, int64_t cols) {
+  return n <= kMaxSplitBatch && size_t(n) * act_row_bytes(bits, cols) <= 48 * 1024 &&
+         env_is("TANDEM_CUDA_AFFINE_STAGE", "1");
 }
 
 template <int BITS>
 void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const GemvFusion& f,
                uint8_t* acts, cudaStream_t stream) {
   const size_t rb = Acts<BITS>::row_bytes(int(w.cols));
+  const bool gated = f.gate != GemvGate::None;
+  if (stages_activations(BITS, n, w.cols)) {
+    const StagedInput stage{x, f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps};
+    GemvFusion plain = f;  // the norm is in the staged activations
+    plain.normalize = false;
+    auto run = [&](auto rows) {
+      constexpr int N = decltype(rows)::value;
+      if (gated)
+        launch_gemv<N, BITS, true, true>(w, nullptr, rb, y, plain, stream, stage);
+      else
+        launch_gemv<N, BITS, false, true>(w, nullptr, rb, y, plain, stream, stage);
+    };
+    if (n == 1)
+      run(std::integral_constant<int, 1>{});
+    else
+      run(std::integral_constant<int, 2>{});
+    return;
+  }
   launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(w.cols),
          f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb);
   GemvFusion plain = f;  // the norm is in the activations now
   plain.normalize = false;
-  const bool gated = f.gate != GemvGate::None;
   const int64_t outputs = gated ? w.rows / 2 : w.rows;
   for_batch_runs(n, [&](auto run, int64_t t0) {
     constexpr int N = decltype(run)::value;
