@@ -271,7 +271,7 @@ struct Decoder::Impl {
   // skinny_gemm_bf16 instead of cuBLAS (TANDEM_CUDA_SKINNY_MAX_TOKENS, at
   // most kSkinnyGemmMaxTokens; 0: cuBLAS always). Measured on the H200
   // against cuBLAS (context 1,024): +3-7% at 4 and 8 sequences, +1.4% at 16
-  // (llama-3.2-1b, ministral-3-3b); at 32 (twenty-first session) 17-21%
+  // (llama-3.2-1b, ministral-3-3b); at 32 (twenty-first session) 11-21%
   // behind on every shape (gemma-3-1b 16,513 -> 12,992 tok/s).
   const int64_t skinny_tokens = env_count("TANDEM_CUDA_SKINNY_MAX_TOKENS", 16);
   // Steps of at most this many tokens take every layer projection as a GEMV,

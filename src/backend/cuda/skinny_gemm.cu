@@ -7,7 +7,7 @@
 // picks tiles made for wide products and streams the weights below the
 // bandwidth; the fused GEMV (gemv.cu) runs its 4-8 tokens on CUDA cores and
 // is bound by its multiply-adds. Measured on the H200 against cuBLAS
-// (context 1,024): +3-7% at 4 and 8 sequences, +1.4% at 16; 17-21% behind at
+// (context 1,024): +3-7% at 4 and 8 sequences, +1.4% at 16; 11-21% behind at
 // 32 (every block rereads all the tokens' activations: large matrices turn
 // L2-bound), so the decoder gives it steps of up to 16.
 //
