@@ -108,7 +108,8 @@ TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
 // counts (a partial 16-row tile), columns that end mid-step (1,152 = 18
 // steps of 64, 80 = one and a quarter) and uneven column shares over the
 // 8 warps, 1 to 32 tokens (one to four 8-token mma tiles, full and partial), and an output
-// stride wider than the rows (the decoder writes row tiles of a wider y).
+// stride wider than the rows (the decoder writes row tiles of a wider y); with one row group a
+// block and kSkinnyRowGroups (teams of 2 warps, partial groups past the rows).
 TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
   struct Shape {
     int64_t rows, cols;
@@ -121,32 +122,35 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
       const int64_t ldy = s.rows + 3;
       auto dw = upload(w16);
       auto dx = upload(x16);
-      std::vector<float> sentinel(size_t(n * ldy), 1234.5f);
-      auto dy = upload(sentinel);
-      ASSERT_TRUE(cuda::skinny_gemm_fits(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n));
-      cuda::skinny_gemm_bf16(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n,
-                             dy.as<float>(), ldy, nullptr);
-      const auto got = download<float>(dy, sentinel.size());
-      size_t bad = 0;
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t r = 0; r < ldy; ++r) {
-          const float g = got[size_t(t * ldy + r)];
-          if (r >= s.rows) {  // past the rows: untouched
-            if (g != 1234.5f && bad++ < 3) ADD_FAILURE() << "wrote past the rows at " << r;
-            continue;
+      for (int groups : {1, cuda::kSkinnyRowGroups}) {
+        std::vector<float> sentinel(size_t(n * ldy), 1234.5f);
+        auto dy = upload(sentinel);
+        ASSERT_TRUE(
+            cuda::skinny_gemm_fits(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n));
+        cuda::skinny_gemm_bf16(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n,
+                               dy.as<float>(), ldy, nullptr, groups);
+        const auto got = download<float>(dy, sentinel.size());
+        size_t bad = 0;
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < ldy; ++r) {
+            const float g = got[size_t(t * ldy + r)];
+            if (r >= s.rows) {  // past the rows: untouched
+              if (g != 1234.5f && bad++ < 3) ADD_FAILURE() << "wrote past the rows at " << r;
+              continue;
+            }
+            double want = 0, mag = 0;
+            for (int64_t c = 0; c < s.cols; ++c) {
+              const double p = double(bf16_to_f32(w16[size_t(r * s.cols + c)])) *
+                               double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
+              want += p;
+              mag += std::fabs(p);
+            }
+            if (!(std::fabs(g - want) <= 1e-5 * mag + 1e-6) && bad++ < 3)
+              ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " groups=" << groups << " ["
+                            << t << ", " << r << "] gpu " << g << " want " << want;
           }
-          double want = 0, mag = 0;
-          for (int64_t c = 0; c < s.cols; ++c) {
-            const double p = double(bf16_to_f32(w16[size_t(r * s.cols + c)])) *
-                             double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
-            want += p;
-            mag += std::fabs(p);
-          }
-          if (!(std::fabs(g - want) <= 1e-5 * mag + 1e-6) && bad++ < 3)
-            ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " [" << t << ", " << r
-                          << "] gpu " << g << " want " << want;
-        }
-      EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n;
+        EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n << " groups=" << groups;
+      }
     }
   // Outside its shapes it says so (the decoder then takes cuBLAS).
   cuda::DeviceBuffer w(64 * 72 * 2), x(33 * 72 * 2);
@@ -155,6 +159,10 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
   EXPECT_THROW(
       cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 72, x.as<uint16_t>(), 1, nullptr, 64, nullptr),
       Error);
+  cuda::DeviceBuffer y(64 * 4);
+  EXPECT_THROW(cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1, y.as<float>(),
+                                      64, nullptr, 3),
+               Error);  // 1 or kSkinnyRowGroups row groups a block
 }
 
 // The gated variant (a fused gate/up matrix, the activation in the
@@ -173,39 +181,42 @@ TEST_F(CudaKernels, SkinnyGemmGatedMatchesDoubleSums) {
         const auto x16 = to_bf16(random_floats(size_t(n * s.cols), 44, 2.f));
         auto dw = upload(w16);
         auto dx = upload(x16);
-        cuda::DeviceBuffer dy(size_t(n * F) * sizeof(float)), dyb(size_t(n * F) * 2);
-        cuda::skinny_gemm_gated_bf16(dw.as<uint16_t>(), F, s.cols, dx.as<uint16_t>(), n, act,
-                                     dy.as<float>(), dyb.as<uint16_t>(), nullptr);
-        const auto got = download<float>(dy, size_t(n * F));
-        const auto got16 = download<uint16_t>(dyb, size_t(n * F));
-        const auto rounded = to_bf16(got);
-        size_t bad = 0;
-        for (int64_t t = 0; t < n; ++t)
-          for (int64_t j = 0; j < F; ++j) {
-            double sums[2] = {0, 0}, mags[2] = {0, 0};
-            for (int half = 0; half < 2; ++half)
-              for (int64_t c = 0; c < s.cols; ++c) {
-                const double p = double(bf16_to_f32(w16[size_t((half * F + j) * s.cols + c)])) *
-                                 double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
-                sums[half] += p;
-                mags[half] += std::fabs(p);
-              }
-            const double g = sums[0], u = sums[1];
-            const double a =
-                act == cuda::GemvGate::SiLU
-                    ? g / (1 + std::exp(-g))
-                    : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-            const double want = a * u;
-            const double tol =
-                1e-5 * (1.2 * mags[0] * std::fabs(u) + std::fabs(a) * mags[1]) + 1e-6;
-            const size_t at = size_t(t * F + j);
-            if (!(std::fabs(got[at] - want) <= tol) && bad++ < 3)
-              ADD_FAILURE() << F << " pairs x " << s.cols << " n=" << n << " [" << t << ", " << j
-                            << "] gpu " << got[at] << " want " << want;
-            if (got16[at] != rounded[at] && bad++ < 3)
-              ADD_FAILURE() << "bf16 copy at [" << t << ", " << j << "] is not the rounded output";
-          }
-        EXPECT_EQ(bad, 0u) << F << " pairs x " << s.cols << " n=" << n;
+        for (int groups : {1, cuda::kSkinnyRowGroups}) {
+          cuda::DeviceBuffer dy(size_t(n * F) * sizeof(float)), dyb(size_t(n * F) * 2);
+          cuda::skinny_gemm_gated_bf16(dw.as<uint16_t>(), F, s.cols, dx.as<uint16_t>(), n, act,
+                                       dy.as<float>(), dyb.as<uint16_t>(), nullptr, groups);
+          const auto got = download<float>(dy, size_t(n * F));
+          const auto got16 = download<uint16_t>(dyb, size_t(n * F));
+          const auto rounded = to_bf16(got);
+          size_t bad = 0;
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t j = 0; j < F; ++j) {
+              double sums[2] = {0, 0}, mags[2] = {0, 0};
+              for (int half = 0; half < 2; ++half)
+                for (int64_t c = 0; c < s.cols; ++c) {
+                  const double p = double(bf16_to_f32(w16[size_t((half * F + j) * s.cols + c)])) *
+                                   double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
+                  sums[half] += p;
+                  mags[half] += std::fabs(p);
+                }
+              const double g = sums[0], u = sums[1];
+              const double a =
+                  act == cuda::GemvGate::SiLU
+                      ? g / (1 + std::exp(-g))
+                      : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+              const double want = a * u;
+              const double tol =
+                  1e-5 * (1.2 * mags[0] * std::fabs(u) + std::fabs(a) * mags[1]) + 1e-6;
+              const size_t at = size_t(t * F + j);
+              if (!(std::fabs(got[at] - want) <= tol) && bad++ < 3)
+                ADD_FAILURE() << F << " pairs x " << s.cols << " n=" << n << " [" << t << ", " << j
+                              << "] gpu " << got[at] << " want " << want;
+              if (got16[at] != rounded[at] && bad++ < 3)
+                ADD_FAILURE() << "bf16 copy at [" << t << ", " << j
+                              << "] is not the rounded output";
+            }
+          EXPECT_EQ(bad, 0u) << F << " pairs x " << s.cols << " n=" << n << " groups=" << groups;
+        }
       }
   cuda::DeviceBuffer w(64 * 64 * 2), x(64 * 2), y(64 * 4);
   EXPECT_THROW(cuda::skinny_gemm_gated_bf16(w.as<uint16_t>(), 32, 64, x.as<uint16_t>(), 1,

@@ -445,6 +445,18 @@ struct Decoder::Impl {
            xb.bytes() >= size_t(T * (w.rows / 2)) * sizeof(uint16_t);
   }
 
+  // Row groups a block of the skinny GEMM takes over a matrix of `rows`
+  // (gated: gate/up rows): kSkinnyRowGroups where TANDEM_CUDA_SKINNY_ROW_GROUPS
+  // =4 and the matrix has that many 16-row groups (8 pairs) per SM or more
+  // (gate/up, the head), else 1. Opt-in, written without a GPU: meant to
+  // let the skinny GEMM take 17-32-token steps over large matrices, where it
+  // lost to cuBLAS on L2 traffic (TANDEM_CUDA_SKINNY_MAX_TOKENS=32).
+  int skinny_row_groups(int64_t rows, bool gated) const {
+    static const bool enabled = env_is("TANDEM_CUDA_SKINNY_ROW_GROUPS", "4");
+    const int64_t groups = gated ? (rows / 2 + 7) / 8 : (rows + 15) / 16;
+    return enabled && groups >= int64_t(kSkinnyRowGroups) * multiprocessors ? kSkinnyRowGroups : 1;
+  }
+
   // Whether a bf16 GEMM of n tokens over bf16 activations runs as the
   // skinny GEMM (gemm_bf16, gated_gemm) rather than cuBLAS.
   bool takes_skinny(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x,
@@ -534,7 +546,7 @@ struct Decoder::Impl {
     if (!lo) {
       const auto* w16 = static_cast<const uint16_t*>(wrows);
       if (takes_skinny(w16, m, cols, hi, n)) {
-        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream);
+        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream, skinny_row_groups(m, false));
         return;
       }
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
@@ -887,7 +899,7 @@ struct Decoder::Impl {
         skinny_gemm_gated_bf16(
             L.gate_up.buf.as<uint16_t>(), L.gate_up.rows / 2, L.gate_up.cols, twin_out(), T,
             s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh,
-            gate.as<float>(), xb.as<uint16_t>(), stream);
+            gate.as<float>(), xb.as<uint16_t>(), stream, skinny_row_groups(L.gate_up.rows, true));
       mark("gate/up proj (+ activation)", L.gate_up.bytes());
       gate_bf16 = xb.as<uint16_t>();
     } else {

@@ -90,8 +90,14 @@ inline bool aligned16(const void* p) {
 // operands, cols a multiple of 16); the caller takes cuBLAS elsewhere.
 constexpr int kSkinnyGemmMaxTokens = 32;
 bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n);
+// row_groups: 16-row groups a block takes, 1 or kSkinnyRowGroups (its warps
+// in teams over the same activation columns, which then come from L1 for
+// all but one team: for steps of 17-32 tokens over large matrices, where
+// the activations' L2 traffic outgrows the weights'; opt-in, see the
+// decoder's skinny_row_groups).
+constexpr int kSkinnyRowGroups = 4;
 void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
-                      float* y, int64_t ldy, cudaStream_t stream);
+                      float* y, int64_t ldy, cudaStream_t stream, int row_groups = 1);
 // The same over a fused gate/up matrix (w: [2F, cols], the F gate rows then
 // the F up rows) with the gated MLP's activation in the epilogue:
 // y[t, j] = act(gate_j · x[t]) · (up_j · x[t]) for j < F ([n, F] f32),
@@ -100,7 +106,7 @@ void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
 // skinny_gemm_fits(w, 2F, cols, x, n); act is SiLU or GeluTanh.
 void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
                             int64_t n, GemvGate act, float* y, uint16_t* y_bf16,
-                            cudaStream_t stream);
+                            cudaStream_t stream, int row_groups = 1);
 
 // The same over f32 weights (W: [rows, cols] f32).
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,

@@ -11,7 +11,8 @@
 // 32 (every block rereads all the tokens' activations: large matrices turn
 // L2-bound), so the decoder gives it steps of up to 16.
 //
-// A block takes 16 weight rows; its 8 warps split the columns, 64 at a
+// A block takes 16 weight rows (or RG groups of 16: skinny_gemm_kernel); its
+// 8 warps split the columns, 64 at a
 // step. Lane (g = lane / 4, q = lane % 4) loads row g's and row g + 8's
 // columns 16q .. 16q + 15 of the step (32 bytes each; the 4 lanes of a row
 // read 64 contiguous bytes) and, for each 8-token mma tile t, token
@@ -85,23 +86,30 @@ __device__ __forceinline__ Cols16 load_acts(const uint16_t* p, bool valid) {
 // TILES: 8-token mma tiles (tokens 8t + g of tile t), up to 4. GATED: m
 // outputs from 2m rows (gate rows, then up rows), act() applied, also
 // written rounded to bf16 to y_bf16 when set (same layout as y).
-template <int TILES, bool GATED>
+// RG: row groups a block takes (16 weight rows, or 8 gate/up pairs, each),
+// its warps in RG teams of kWarps / RG that split the columns. Teams read
+// the same activation columns at the same steps, so all but the first can
+// find them in L1: with one group a block, the 32 tokens' activations cost
+// L2 twice the weights' bytes.
+template <int TILES, bool GATED, int RG>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_gemm_kernel(const uint16_t* __restrict__ W, int m, int cols, const uint16_t* x, int n,
                        float* y, int64_t ldy, GemvGate act, uint16_t* y_bf16) {
+  constexpr int KW = kWarps / RG;  // warps of a team
   __shared__ float partial[kWarps][TILES][32][4];
   pdl_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-  // The block's first output row; rows past m read the last row (never
+  const int team = warp / KW, team_warp = warp % KW;
+  // The team's first output row; rows past m read the last row (never
   // stored).
-  const int r0 = int(blockIdx.x) * (GATED ? 8 : 16);
+  const int r0 = (int(blockIdx.x) * RG + team) * (GATED ? 8 : 16);
   const int row_a = min(r0 + g, m - 1),
             row_b = GATED ? m + min(r0 + g, m - 1) : min(r0 + g + 8, m - 1);
   const uint16_t* wa = W + size_t(row_a) * size_t(cols) + 16 * q;
   const uint16_t* wb = W + size_t(row_b) * size_t(cols) + 16 * q;
   // This warp's steps [s0, s1) of the row's ceil(cols / 64).
-  const int steps = (cols + kStepCols - 1) / kStepCols, per = (steps + kWarps - 1) / kWarps;
-  const int s0 = min(warp * per, steps), s1 = min(s0 + per, steps);
+  const int steps = (cols + kStepCols - 1) / kStepCols, per = (steps + KW - 1) / KW;
+  const int s0 = min(team_warp * per, steps), s1 = min(s0 + per, steps);
   auto valid = [&](int s) { return s * kStepCols + 16 * q < cols; };  // cols % 16 == 0
 
   // Both rows' columns of steps s .. s + kUnroll - 1 (zeros past s1).
@@ -150,18 +158,22 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][t][lane][i] = acc[t][i];
   __syncthreads();
+  // Element e of the epilogue belongs to team e / per_team, whose warps'
+  // partial tiles it sums.
   if constexpr (GATED) {
     // c0 / c1 are gate row g's sums for tokens 8t + 2q and 8t + 2q + 1, c2 /
     // c3 the up row's.
-    for (int e = int(threadIdx.x); e < TILES * 32 * 2; e += kWarps * 32) {
-      const int t = e / 64, l = (e / 2) % 32, p = e % 2;
+    constexpr int per_team = TILES * 32 * 2;
+    for (int e = int(threadIdx.x); e < RG * per_team; e += kWarps * 32) {
+      const int tm = e / per_team, et = e % per_team;
+      const int t = et / 64, l = (et / 2) % 32, p = et % 2;
       float gate = 0.f, up = 0.f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
+      for (int w = tm * KW; w < tm * KW + KW; ++w) {
         gate += partial[w][t][l][p];
         up += partial[w][t][l][p + 2];
       }
-      const int row = r0 + l / 4, token = 8 * t + 2 * (l % 4) + p;
+      const int row = (int(blockIdx.x) * RG + tm) * 8 + l / 4, token = 8 * t + 2 * (l % 4) + p;
       if (row >= m || token >= n) continue;
       const float v = (act == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
       const size_t at = size_t(token) * size_t(ldy) + size_t(row);
@@ -169,24 +181,47 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (y_bf16) y_bf16[at] = uint16_t(bf16_bits(v));
     }
   } else {
-    for (int e = int(threadIdx.x); e < TILES * 32 * 4; e += kWarps * 32) {
-      const int t = e / 128, l = (e / 4) % 32, i = e % 4;
+    constexpr int per_team = TILES * 32 * 4;
+    for (int e = int(threadIdx.x); e < RG * per_team; e += kWarps * 32) {
+      const int tm = e / per_team, et = e % per_team;
+      const int t = et / 128, l = (et / 4) % 32, i = et % 4;
       float sum = 0.f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += partial[w][t][l][i];
-      const int row = r0 + l / 4 + 8 * (i / 2), token = 8 * t + 2 * (l % 4) + i % 2;
+      for (int w = tm * KW; w < tm * KW + KW; ++w) sum += partial[w][t][l][i];
+      const int row = (int(blockIdx.x) * RG + tm) * 16 + l / 4 + 8 * (i / 2),
+                token = 8 * t + 2 * (l % 4) + i % 2;
       if (row < m && token < n) y[size_t(token) * size_t(ldy) + size_t(row)] = sum;
     }
   }
 }
 
 // The kernel for n tokens: the fewest 8-token tiles that hold them.
-template <bool GATED>
+template <bool GATED, int RG>
 auto kernel_for(int64_t n) {
-  return n <= 8    ? skinny_gemm_kernel<1, GATED>
-         : n <= 16 ? skinny_gemm_kernel<2, GATED>
-         : n <= 24 ? skinny_gemm_kernel<3, GATED>
-                   : skinny_gemm_kernel<4, GATED>;
+  return n <= 8    ? skinny_gemm_kernel<1, GATED, RG>
+         : n <= 16 ? skinny_gemm_kernel<2, GATED, RG>
+         : n <= 24 ? skinny_gemm_kernel<3, GATED, RG>
+                   : skinny_gemm_kernel<4, GATED, RG>;
+}
+
+// Launches the kernel for n tokens over `units` row groups, RG a block.
+template <bool GATED, class... Args>
+void launch_groups(int64_t n, int64_t units, int row_groups, cudaStream_t stream, Args... args) {
+  if (row_groups == kSkinnyRowGroups) {
+    const unsigned blocks = unsigned((units + kSkinnyRowGroups - 1) / kSkinnyRowGroups);
+    launch(kernel_for<GATED, kSkinnyRowGroups>(n), blocks, kWarps * 32, 0, stream, args...);
+  } else {
+    launch(kernel_for<GATED, 1>(n), unsigned(units), kWarps * 32, 0, stream, args...);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+void check_row_groups(const char* who, int row_groups) {
+  if (row_groups != 1 && row_groups != kSkinnyRowGroups)
+    fail("%s: %d row groups a block (1 or %d)", who, row_groups, kSkinnyRowGroups);
 }
 
 }  // namespace
@@ -197,7 +232,7 @@ bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
 }
 
 void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
-                      float* y, int64_t ldy, cudaStream_t stream) {
+                      float* y, int64_t ldy, cudaStream_t stream, int row_groups) {
   if (!skinny_gemm_fits(w, m, cols, x, n))
     fail(
         "skinny_gemm_bf16: %lld tokens x %lld columns (16-byte aligned operands, columns a "
@@ -205,22 +240,22 @@ void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
         (long long)n, (long long)cols, kSkinnyGemmMaxTokens);
   if (ldy < m)
     fail("skinny_gemm_bf16: output stride %lld below %lld rows", (long long)ldy, (long long)m);
-  const unsigned blocks = unsigned((m + 15) / 16);
-  launch(kernel_for<false>(n), blocks, kWarps * 32, 0, stream, w, int(m), int(cols), x, int(n), y,
-         ldy, GemvGate::None, static_cast<uint16_t*>(nullptr));
+  check_row_groups("skinny_gemm_bf16", row_groups);
+  launch_groups<false>(n, (m + 15) / 16, row_groups, stream, w, int(m), int(cols), x, int(n), y,
+                       ldy, GemvGate::None, static_cast<uint16_t*>(nullptr));
 }
 
 void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
                             int64_t n, GemvGate act, float* y, uint16_t* y_bf16,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, int row_groups) {
   if (act == GemvGate::None || !skinny_gemm_fits(w, 2 * F, cols, x, n))
     fail(
         "skinny_gemm_gated_bf16: %lld tokens x %lld columns, %lld gate/up pairs (an activation, "
         "16-byte aligned operands, columns a multiple of 16, at most %d tokens)",
         (long long)n, (long long)cols, (long long)F, kSkinnyGemmMaxTokens);
-  const unsigned blocks = unsigned((F + 7) / 8);
-  launch(kernel_for<true>(n), blocks, kWarps * 32, 0, stream, w, int(F), int(cols), x, int(n), y,
-         int64_t(F), act, y_bf16);
+  check_row_groups("skinny_gemm_gated_bf16", row_groups);
+  launch_groups<true>(n, (F + 7) / 8, row_groups, stream, w, int(F), int(cols), x, int(n), y,
+                      int64_t(F), act, y_bf16);
 }
 
 }  // namespace tandem::cuda
