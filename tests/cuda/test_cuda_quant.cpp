@@ -114,49 +114,59 @@ TEST(CudaQuant, GemvMatchesTheDequantizedReference) {
           std::vector<float> x(size_t(n * cols));
           for (float& v : x) v = d(rng);
           auto dx = upload(x);
+          // The references, once for both ways of quantizing the activations:
+          // against the dequantized weights times the int8 activations (ref,
+          // with the magnitude mag of its terms) and against the f32 product
+          // (exact, within `rounding` of the activations' int8 rounding).
+          std::vector<QuantizedRow> xq;
+          std::vector<double> half_step(size_t(n * cols));  // d / 2 of each value's block
+          for (int64_t t = 0; t < n; ++t) {
+            xq.push_back(quantize_row(
+                std::vector<double>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
+            for (int64_t b = 0; b < cols; b += 32) {
+              double amax = 0;
+              for (int64_t c = b; c < b + 32; ++c)
+                amax = std::max(amax, std::fabs(double(x[size_t(t * cols + c)])));
+              for (int64_t c = b; c < b + 32; ++c) half_step[size_t(t * cols + c)] = amax / 254;
+            }
+          }
+          std::vector<double> ref(size_t(n * rows)), mag(ref.size()), exact(ref.size()),
+              rounding(ref.size());
+          for (int64_t r = 0; r < rows; ++r) {
+            const std::vector<float> wr = w.row(r);
+            for (int64_t t = 0; t < n; ++t) {
+              const size_t at = size_t(t * rows + r);
+              for (int64_t c = 0; c < cols; ++c) {
+                const double wv = wr[size_t(c)], xv = x[size_t(t * cols + c)];
+                const double q = xq[size_t(t)].value[size_t(c)];
+                ref[at] += wv * q;
+                mag[at] += std::fabs(wv * q);
+                exact[at] += wv * xv;
+                rounding[at] += std::fabs(wv) * half_step[size_t(t * cols + c)];
+              }
+            }
+          }
           for (const char* stage : {"0", "1"}) {
             const ScopedEnv env("TANDEM_CUDA_AFFINE_STAGE", stage);
             cuda::DeviceBuffer dy(size_t(n * rows) * 4);
             cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
             const auto got = download<float>(dy, size_t(n * rows));
-            std::vector<QuantizedRow> xq;
-            std::vector<double> half_step(size_t(n * cols));  // d / 2 of each value's block
-            for (int64_t t = 0; t < n; ++t) {
-              xq.push_back(quantize_row(
-                  std::vector<double>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
-              for (int64_t b = 0; b < cols; b += 32) {
-                double amax = 0;
-                for (int64_t c = b; c < b + 32; ++c)
-                  amax = std::max(amax, std::fabs(double(x[size_t(t * cols + c)])));
-                for (int64_t c = b; c < b + 32; ++c) half_step[size_t(t * cols + c)] = amax / 254;
-              }
-            }
             int bad = 0;
-            for (int64_t r = 0; r < rows; ++r) {
-              const std::vector<float> wr = w.row(r);
+            for (int64_t r = 0; r < rows; ++r)
               for (int64_t t = 0; t < n; ++t) {
-                double ref = 0, mag = 0, exact = 0, rounding = 0;
-                for (int64_t c = 0; c < cols; ++c) {
-                  const double wv = wr[size_t(c)], xv = x[size_t(t * cols + c)];
-                  const double q = xq[size_t(t)].value[size_t(c)];
-                  ref += wv * q;
-                  mag += std::fabs(wv * q);
-                  exact += wv * xv;
-                  rounding += std::fabs(wv) * half_step[size_t(t * cols + c)];
-                }
-                const double g = got[size_t(t * rows + r)];
-                if (std::fabs(g - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
+                const size_t at = size_t(t * rows + r);
+                const double g = got[at];
+                if (std::fabs(g - ref[at]) > 1e-5 * mag[at] + 1e-6 && bad++ < 3)
                   ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
-                                << " [" << t << ", " << r << "] gpu " << g << " ref " << ref;
+                                << " [" << t << ", " << r << "] gpu " << g << " ref " << ref[at];
                 // The rounding of the activations alone: each q · d within d / 2
                 // of x (d = max|x| / 127 of its block), so the product within
                 // Σ |w| · d / 2 of the exact one.
-                if (std::fabs(g - exact) > rounding + 1e-5 * mag + 1e-6 && bad++ < 3)
+                if (std::fabs(g - exact[at]) > rounding[at] + 1e-5 * mag[at] + 1e-6 && bad++ < 3)
                   ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
                                 << " [" << t << ", " << r << "] gpu " << g << " f32 product "
-                                << exact << " beyond the int8 rounding " << rounding;
+                                << exact[at] << " beyond the int8 rounding " << rounding[at];
               }
-            }
             EXPECT_EQ(bad, 0) << bits << "-bit group " << group << " n " << n
                               << " TANDEM_CUDA_AFFINE_STAGE=" << stage;
           }

@@ -377,10 +377,10 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
                uint8_t* acts, cudaStream_t stream) {
   const size_t rb = Acts<BITS>::row_bytes(int(w.cols));
   const bool gated = f.gate != GemvGate::None;
+  GemvFusion plain = f;  // the norm goes into the quantized activations
+  plain.normalize = false;
   if (stages_activations(BITS, n, w.cols)) {
     const StagedInput stage{x, f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps};
-    GemvFusion plain = f;  // the norm is in the staged activations
-    plain.normalize = false;
     auto run = [&](auto rows) {
       constexpr int N = decltype(rows)::value;
       if (gated)
@@ -396,8 +396,6 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   }
   launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(w.cols),
          f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb);
-  GemvFusion plain = f;  // the norm is in the activations now
-  plain.normalize = false;
   const int64_t outputs = gated ? w.rows / 2 : w.rows;
   for_batch_runs(n, [&](auto run, int64_t t0) {
     constexpr int N = decltype(run)::value;
