@@ -12,11 +12,12 @@
 # OUT_DIR/ab.jsonl with a "setting" field. PROFILE_MODEL (default
 # gemma-3-1b) is also profiled op by op at the first batch under each
 # setting: OUT_DIR/ab-profile.txt. Errors in OUT_DIR/ab-stderr.log.
-# BENCH_ARGS: more bench_cuda_decode arguments for every run, e.g. the
-# packed 4-bit lane at batch 1:
+# BENCH_ARGS: more bench_cuda_decode arguments for every run, e.g. packed
+# 4-bit weights at 16 and 32 sequences under two dequantized tile sizes:
 #
-#   BATCHES=1 BENCH_ARGS="--quantize 4" scripts/gpu-ab.sh B OUT \
-#     TANDEM_CUDA_PACKED_QUANT=1 "TANDEM_CUDA_PACKED_QUANT=1 TANDEM_CUDA_AFFINE_STAGE=1"
+#   BATCHES="16 32" BENCH_ARGS="--quantize 4" scripts/gpu-ab.sh B OUT \
+#     TANDEM_CUDA_PACKED_QUANT=1 \
+#     "TANDEM_CUDA_PACKED_QUANT=1 TANDEM_CUDA_DEQUANT_TILE_WEIGHTS=8388608"
 set -u
 build=$1
 out=$2

@@ -7,9 +7,7 @@
 //    the activations' rounding, Σ |w| · d / 2; bits 4 and 8, groups
 //    32/64/128, batches 1, 3 and 9, up to 8,192 columns; and with each
 //    fusion (input norm, bias, residual add, gated activation) against the
-//    unfused math in double (gemv_reference.h states the bound); each with
-//    the activations quantized by their own kernel and, at batches 1-2,
-//    inside the GEMV (TANDEM_CUDA_AFFINE_STAGE=1);
+//    unfused math in double (gemv_reference.h states the bound);
 //  - dequantize_affine_bf16 and embed_rows_affine: bit-exact;
 //  - cuda::Decoder on on-load-quantized fixtures with
 //    TANDEM_CUDA_PACKED_QUANT=1 (the matrices stay packed on the device:
@@ -21,7 +19,8 @@
 //    rounding tie quantize one step apart, and the tiny random Gemma 4
 //    amplifies that: int8 activations at all move its logits by 1.1-1.2 ×
 //    std, the other fixtures' by 0.06-0.1); prefill steps through bf16
-//    hi + lo tiles of the dequantized weights (16 significant bits; bf16
+//    hi + lo tiles of the dequantized weights (one tile a matrix, and
+//    300-weight tiles: TANDEM_CUDA_DEQUANT_TILE_WEIGHTS; 16 significant bits; bf16
 //    tiles alone were 0.5 × std off on Gemma 4) against the CPU's exact f32
 //    activations (its reference path) within 1e-3 × std, Gemma 4 2e-3
 //    (measured 1.05e-3), as the bf16 fixtures' prefill with the tensor-core
@@ -146,30 +145,26 @@ TEST(CudaQuant, GemvMatchesTheDequantizedReference) {
               }
             }
           }
-          for (const char* stage : {"0", "1"}) {
-            const ScopedEnv env("TANDEM_CUDA_AFFINE_STAGE", stage);
-            cuda::DeviceBuffer dy(size_t(n * rows) * 4);
-            cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
-            const auto got = download<float>(dy, size_t(n * rows));
-            int bad = 0;
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t t = 0; t < n; ++t) {
-                const size_t at = size_t(t * rows + r);
-                const double g = got[at];
-                if (std::fabs(g - ref[at]) > 1e-5 * mag[at] + 1e-6 && bad++ < 3)
-                  ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
-                                << " [" << t << ", " << r << "] gpu " << g << " ref " << ref[at];
-                // The rounding of the activations alone: each q · d within d / 2
-                // of x (d = max|x| / 127 of its block), so the product within
-                // Σ |w| · d / 2 of the exact one.
-                if (std::fabs(g - exact[at]) > rounding[at] + 1e-5 * mag[at] + 1e-6 && bad++ < 3)
-                  ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
-                                << " [" << t << ", " << r << "] gpu " << g << " f32 product "
-                                << exact[at] << " beyond the int8 rounding " << rounding[at];
-              }
-            EXPECT_EQ(bad, 0) << bits << "-bit group " << group << " n " << n
-                              << " TANDEM_CUDA_AFFINE_STAGE=" << stage;
-          }
+          cuda::DeviceBuffer dy(size_t(n * rows) * 4);
+          cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
+          const auto got = download<float>(dy, size_t(n * rows));
+          int bad = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t t = 0; t < n; ++t) {
+              const size_t at = size_t(t * rows + r);
+              const double g = got[at];
+              if (std::fabs(g - ref[at]) > 1e-5 * mag[at] + 1e-6 && bad++ < 3)
+                ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
+                              << " [" << t << ", " << r << "] gpu " << g << " ref " << ref[at];
+              // The rounding of the activations alone: each q · d within d / 2
+              // of x (d = max|x| / 127 of its block), so the product within
+              // Σ |w| · d / 2 of the exact one.
+              if (std::fabs(g - exact[at]) > rounding[at] + 1e-5 * mag[at] + 1e-6 && bad++ < 3)
+                ADD_FAILURE() << bits << "-bit group " << group << " cols " << cols << " n " << n
+                              << " [" << t << ", " << r << "] gpu " << g << " f32 product "
+                              << exact[at] << " beyond the int8 rounding " << rounding[at];
+            }
+          EXPECT_EQ(bad, 0) << bits << "-bit group " << group << " n " << n;
         }
 }
 
@@ -196,16 +191,12 @@ TEST(CudaQuant, GemvFusionsMatchTheUnfusedMath) {
           const int64_t outputs = f.gate != cuda::GemvGate::None ? rows / 2 : rows;
           auto dx = upload(x);
           DeviceFusion df(f);
-          for (const char* stage : {"0", "1"}) {
-            const ScopedEnv env("TANDEM_CUDA_AFFINE_STAGE", stage);
-            auto dy = upload(f.accumulate ? base : std::vector<float>(size_t(n * outputs), 0.f));
-            cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr, df.fusion);
-            expect_fused_gemv(
-                download<float>(dy, size_t(n * outputs)), W, rows, cols, x, n, f, base,
-                std::to_string(bits) + "-bit " + std::to_string(rows) + " rows n=" +
-                    std::to_string(n) + " " + f.name + " TANDEM_CUDA_AFFINE_STAGE=" + stage,
-                /*int8_acts=*/true);
-          }
+          auto dy = upload(f.accumulate ? base : std::vector<float>(size_t(n * outputs), 0.f));
+          cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr, df.fusion);
+          expect_fused_gemv(download<float>(dy, size_t(n * outputs)), W, rows, cols, x, n, f, base,
+                            std::to_string(bits) + "-bit " + std::to_string(rows) +
+                                " rows n=" + std::to_string(n) + " " + f.name,
+                            /*int8_acts=*/true);
         }
 }
 
@@ -288,7 +279,17 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuDecoder) {
         return out;
       };
       const std::vector<float> want_int8 = cpu_logits(false), want_f32 = cpu_logits(true);
-      for (int64_t step : {int64_t(2), cuda::Decoder::affine_gemv_max_tokens(), int64_t(256)}) {
+      // Prefill-sized steps dequantize in tiles: the buffer's 32M weights
+      // (one tile a fixture matrix), then tiles of 300 weights (a few rows).
+      struct Steps {
+        int64_t tokens;
+        const char* tile_weights;
+      };
+      for (Steps st : {Steps{2, nullptr}, Steps{cuda::Decoder::affine_gemv_max_tokens(), nullptr},
+                       Steps{256, nullptr}, Steps{256, "300"}}) {
+        const int64_t step = st.tokens;
+        const ScopedEnv tiles("TANDEM_CUDA_DEQUANT_TILE_WEIGHTS",
+                              st.tile_weights ? st.tile_weights : "33554432");
         KvPool kv = single_sequence_pool(model->spec, n, step, /*host_storage=*/false);
         cuda::Decoder gpu(*model, kv, step, 0, cuda::GemmInputs::HiLo);
         EXPECT_EQ(gpu.weight_bytes(), cuda::Decoder::weight_bytes_for(*model));
@@ -299,9 +300,13 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuDecoder) {
         const bool gemv = step <= cuda::Decoder::affine_gemv_max_tokens();
         const double err = relative_error(got, gemv ? want_int8 : want_f32);
         const double tolerance = gemv ? (gemma4 ? 0.3 : 1e-4) : gemma4 ? 2e-3 : 1e-3;
-        EXPECT_LE(err, tolerance) << name << " " << bits << "-bit, steps of " << step;
-        std::printf("[cuda quant] %-16s %d-bit g32 steps of %3lld: max|gpu - cpu| = %.2e x std%s\n",
-                    name, bits, (long long)step, err, gemv ? " (int8 activations)" : "");
+        EXPECT_LE(err, tolerance) << name << " " << bits << "-bit, steps of " << step
+                                  << ", dequantized tiles of "
+                                  << (st.tile_weights ? st.tile_weights : "32M");
+        std::printf(
+            "[cuda quant] %-16s %d-bit g32 steps of %3lld%s: max|gpu - cpu| = %.2e x std%s\n", name,
+            bits, (long long)step, st.tile_weights ? " (300-weight tiles)" : "", err,
+            gemv ? " (int8 activations)" : "");
         if (gemv)
           std::printf("[cuda quant] %-16s   int8 activations moved the logits by %.2e x std\n",
                       name, relative_error(got, want_f32));

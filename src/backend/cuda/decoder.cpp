@@ -274,6 +274,14 @@ struct Decoder::Impl {
   // (llama-3.2-1b, ministral-3-3b); at 32 (twenty-first session) 11-21%
   // behind on every shape (gemma-3-1b 16,513 -> 12,992 tok/s).
   const int64_t skinny_tokens = env_count("TANDEM_CUDA_SKINNY_MAX_TOKENS", 16);
+  // Decode steps past the GEMV over packed affine matrices dequantize them
+  // to bf16 in tiles of at most this many weights (TANDEM_CUDA_DEQUANT_TILE_WEIGHTS;
+  // default and most: the tile buffer's 32M), each tile then read by the
+  // GEMM. Meant for measuring whether tiles small enough to stay in L2 (16
+  // MB at 8M weights) spare the bf16 round trip through HBM. Steps of more
+  // than 256 tokens (prefill) keep the whole buffer.
+  const int64_t decode_dequant_tile =
+      std::max<int64_t>(1, env_count("TANDEM_CUDA_DEQUANT_TILE_WEIGHTS", int64_t(32) << 20));
   // Steps of at most this many tokens take every layer projection as a GEMV,
   // so they fuse norms, residual adds and the gated activation into them
   // (0: never; see fused_step).
@@ -448,13 +456,20 @@ struct Decoder::Impl {
   // Row groups a block of the skinny GEMM takes over a matrix of `rows`
   // (gated: gate/up rows): kSkinnyRowGroups where TANDEM_CUDA_SKINNY_ROW_GROUPS
   // =4 and the matrix has that many 16-row groups (8 pairs) per SM or more
-  // (gate/up, the head), else 1. Opt-in, written without a GPU: meant to
-  // let the skinny GEMM take 17-32-token steps over large matrices, where it
-  // lost to cuBLAS on L2 traffic (TANDEM_CUDA_SKINNY_MAX_TOKENS=32).
-  int skinny_row_groups(int64_t rows, bool gated) const {
-    static const bool enabled = env_is("TANDEM_CUDA_SKINNY_ROW_GROUPS", "4");
+  // (gate/up, the head), else 1. Opt-in: meant to let the skinny GEMM take
+  // 17-32-token steps over large matrices, where it lost to cuBLAS on L2
+  // traffic (TANDEM_CUDA_SKINNY_MAX_TOKENS=32).
+  // With TANDEM_CUDA_SKINNY_ROW_GROUPS=fit, only where the step's
+  // activations (n tokens of `cols` bf16 values) fit 64 KB of L1. Measured
+  // on the H100 (session 22, "4"): gemma-3-1b at 16 sequences 8,728 ->
+  // 9,119 tok/s, ministral-3-3b (3,072-9,216 columns) 3,917 -> 3,705, the
+  // rest within 1%; at 32 tokens still behind cuBLAS.
+  int skinny_row_groups(int64_t rows, bool gated, int64_t n, int64_t cols) const {
+    static const bool always = env_is("TANDEM_CUDA_SKINNY_ROW_GROUPS", "4");
+    static const bool fit = env_is("TANDEM_CUDA_SKINNY_ROW_GROUPS", "fit");
     const int64_t groups = gated ? (rows / 2 + 7) / 8 : (rows + 15) / 16;
-    return enabled && groups >= int64_t(kSkinnyRowGroups) * multiprocessors ? kSkinnyRowGroups : 1;
+    const bool wanted = always || (fit && n * cols * 2 <= 64 * 1024);
+    return wanted && groups >= int64_t(kSkinnyRowGroups) * multiprocessors ? kSkinnyRowGroups : 1;
   }
 
   // Whether a bf16 GEMM of n tokens over bf16 activations runs as the
@@ -494,7 +509,8 @@ struct Decoder::Impl {
       uint16_t* lo = bf16_gemm_inputs ? nullptr : hi + n * w.cols;
       split_bf16(xin, n * w.cols, hi, lo, stream);
       const int64_t half = int64_t(dequant.bytes() / 4);  // elements per part
-      const int64_t chunk = std::max<int64_t>(1, half / w.cols);
+      const int64_t tile = n <= 256 ? std::min(half, decode_dequant_tile) : half;
+      const int64_t chunk = std::max<int64_t>(1, tile / w.cols);
       for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
         const int64_t m = std::min(chunk, w.rows - r0);
         uint16_t* w_hi = dequant.as<uint16_t>();
@@ -546,7 +562,8 @@ struct Decoder::Impl {
     if (!lo) {
       const auto* w16 = static_cast<const uint16_t*>(wrows);
       if (takes_skinny(w16, m, cols, hi, n)) {
-        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream, skinny_row_groups(m, false));
+        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream,
+                         skinny_row_groups(m, false, n, cols));
         return;
       }
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
@@ -899,7 +916,8 @@ struct Decoder::Impl {
         skinny_gemm_gated_bf16(
             L.gate_up.buf.as<uint16_t>(), L.gate_up.rows / 2, L.gate_up.cols, twin_out(), T,
             s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh,
-            gate.as<float>(), xb.as<uint16_t>(), stream, skinny_row_groups(L.gate_up.rows, true));
+            gate.as<float>(), xb.as<uint16_t>(), stream,
+            skinny_row_groups(L.gate_up.rows, true, T, L.gate_up.cols));
       mark("gate/up proj (+ activation)", L.gate_up.bytes());
       gate_bf16 = xb.as<uint16_t>();
     } else {

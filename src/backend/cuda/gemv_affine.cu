@@ -45,15 +45,6 @@ struct Acts {
   }
 };
 
-// The raw activations a staging GEMV quantizes itself (gemv_affine_kernel's
-// STAGE): x ([N, cols] f32) and the input norm to apply first.
-struct StagedInput {
-  const float* x = nullptr;
-  bool normalize = false;
-  const float* norm_weight = nullptr;  // null: no weight
-  float eps = 0.f;
-};
-
 size_t act_row_bytes(int bits, int64_t cols) {
   return bits == 4 ? Acts<4>::row_bytes(int(cols)) : Acts<8>::row_bytes(int(cols));
 }
@@ -221,26 +212,23 @@ __device__ __forceinline__ int dot4(uint32_t codes, uint32_t acts, int c) {
 // steps of 2 on the H200, every fixture, every time; with plain loads they
 // match the CPU to 1e-6 (three repeats) at __ldg's speed (llama q4 batch 1:
 // 1,549 tok/s; ld.global.cg, which skips L1: 1,116; staging each block's
-// activations in shared memory with ld.global.cg: 1,481).
-//
-// STAGE (TANDEM_CUDA_AFFINE_STAGE=1, batches of 1-2): no quantize kernel
-// ahead of this one; each block quantizes the N rows of `stage.x` itself
-// (quantize_row, normed as stage says) into its shared memory (N rows of
-// act_bytes) right after the PDL wait, and reads them from there — one
-// dependent launch fewer a projection, for a prologue every block repeats.
-template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT, bool STAGE>
+// activations in shared memory with ld.global.cg: 1,481). Quantizing the
+// row in each block's own prologue instead of in quantize_acts_kernel (one
+// dependent launch fewer a projection) lost 10-16% at batch 1 on the H100
+// (session 22: llama q4 1,337 -> 1,176 tok/s): every block repeats it.
+template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT>
 __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
                                    const float* __restrict__ biases, int group_shift, int rows,
                                    int cols, const uint8_t* acts, size_t act_bytes, float* y,
-                                   GemvFusion f, StagedInput stage) {
+                                   GemvFusion f) {
   using A = Acts<BITS>;
   constexpr int VC = A::kVecCols;
   const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32;
   pdl_launch_dependents();
-  // Split warps meet at gather_split's barrier, staging blocks at the
-  // prologue's: only then may a warp without rows leave.
-  if (SPLIT == 1 && !STAGE && !wr.any()) return;
+  // Split warps meet at gather_split's barrier: only then may a warp
+  // without rows leave.
+  if (SPLIT == 1 && !wr.any()) return;
   const int vecs = A::vecs(cols), groups = cols >> group_shift;
   const ColumnShare<SPLIT> share(vecs);
   const int first = int(share.first), count = int(share.count);  // this warp's vectors
@@ -259,27 +247,7 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
       if (lane + 32 * u < count) v[r][u] = __ldg(w[r] + lane + 32 * u);
-  if constexpr (STAGE) {
-    extern __shared__ __align__(16) uint8_t staged[];  // N rows of act_bytes
-    __shared__ float partial[kWarpsPerBlock];
-    constexpr int NT = kWarpsPerBlock * 32;
-    const float4* gw = stage.normalize && stage.norm_weight
-                           ? reinterpret_cast<const float4*>(stage.norm_weight)
-                           : nullptr;
-    float4 g[1];
-    load_norm_weight<NT, 1>(gw, cols, g);
-    pdl_wait();
-#pragma unroll
-    for (int t = 0; t < N; ++t)
-      quantize_row<BITS, NT, 1, 1>(reinterpret_cast<const float4*>(stage.x + size_t(t) * cols),
-                                   cols, stage.normalize, gw, g, stage.eps, staged + t * act_bytes,
-                                   partial);
-    __syncthreads();
-    acts = staged;
-    if (SPLIT == 1 && !wr.any()) return;
-  } else {
-    pdl_wait();
-  }
+  pdl_wait();
   const uint4* planes = reinterpret_cast<const uint4*>(acts);  // row t, plane p: + (t·rb + p·vecs)
   const float2* meta = reinterpret_cast<const float2*>(acts + A::meta_at(cols));
   const int row_vec4s = int(act_bytes / 16), row_float2s = int(act_bytes / 8);
@@ -342,11 +310,9 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
 // A 2,048-column row is 64 vectors at 4 bits: 2 per lane, all in flight
 // with the other row of a gate/up pair. Batches of up to kMaxSplitBatch rows
 // split a unit's vectors over warps when it has few rows (gemv_affine_split).
-// STAGE: the kernel quantizes `stage` itself (acts unused), with N rows of
-// act_bytes of shared memory.
-template <int N, int BITS, bool GATED, bool STAGE = false>
+template <int N, int BITS, bool GATED>
 void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, float* y,
-                 const GemvFusion& f, cudaStream_t stream, const StagedInput& stage = {}) {
+                 const GemvFusion& f, cudaStream_t stream) {
   constexpr int kRows = GATED ? 2 : 1;
   constexpr int kUnroll = (N <= 2 ? 4 : 2) / kRows;
   const int64_t units = WarpRows<kRows, GATED>::units(w.rows);
@@ -355,21 +321,11 @@ void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, f
     if constexpr (S == 1 || N <= kMaxSplitBatch) {
       constexpr int kUnits = ColumnShare<S>::kUnitsPerBlock;
       const unsigned blocks = unsigned((units + kUnits - 1) / kUnits);
-      launch(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, STAGE>, blocks,
-             kWarpsPerBlock * 32, STAGE ? size_t(N) * act_bytes : 0, stream,
-             reinterpret_cast<const uint4*>(w.data), w.scales, w.biases,
-             affine::log2_exact(w.group), int(w.rows), int(w.cols), acts, act_bytes, y, f, stage);
+      launch(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S>, blocks, kWarpsPerBlock * 32, 0,
+             stream, reinterpret_cast<const uint4*>(w.data), w.scales, w.biases,
+             affine::log2_exact(w.group), int(w.rows), int(w.cols), acts, act_bytes, y, f);
     }
   });
-}
-
-// Whether batches of n rows over `cols` columns quantize their activations
-// inside the GEMV (TANDEM_CUDA_AFFINE_STAGE=1, read at each launch; decode
-// steps are captured once): batches of 1-2 whose rows fit the default 48 KB
-// of shared memory. Opt-in: written without a GPU, not yet measured.
-bool stages_activations(int bits, int64_t n, int64_t cols) {
-  return n <= kMaxSplitBatch && size_t(n) * act_row_bytes(bits, cols) <= 48 * 1024 &&
-         env_is("TANDEM_CUDA_AFFINE_STAGE", "1");
 }
 
 template <int BITS>
@@ -379,21 +335,6 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   const bool gated = f.gate != GemvGate::None;
   GemvFusion plain = f;  // the norm goes into the quantized activations
   plain.normalize = false;
-  if (stages_activations(BITS, n, w.cols)) {
-    const StagedInput stage{x, f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps};
-    auto run = [&](auto rows) {
-      constexpr int N = decltype(rows)::value;
-      if (gated)
-        launch_gemv<N, BITS, true, true>(w, nullptr, rb, y, plain, stream, stage);
-      else
-        launch_gemv<N, BITS, false, true>(w, nullptr, rb, y, plain, stream, stage);
-    };
-    if (n == 1)
-      run(std::integral_constant<int, 1>{});
-    else
-      run(std::integral_constant<int, 2>{});
-    return;
-  }
   launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(w.cols),
          f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb);
   const int64_t outputs = gated ? w.rows / 2 : w.rows;
