@@ -213,6 +213,64 @@ TEST(CudaQuant, GemvSplitsTheWordsOfShortMatrices) {
   EXPECT_EQ(cuda::gemv_affine_split(a.dev, 3, false), 1);
 }
 
+// gemm_affine_int8 (int8 tensor cores, steps of up to 32 tokens) against
+// the dequantized weights times the int8 activations, with the GEMV's
+// bound: every token-tile count (1-16 and 17-32 tokens), groups of 32-128,
+// a column share that does not divide evenly over the block's 8 warps
+// (1,152 columns: 36 blocks of 32), and each row tiling it picks (16 rows
+// a warp at 37 rows; 32 and 64 where the rows give every SM a block of
+// them).
+TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  struct Case {
+    int64_t rows, cols;
+    int group;
+    int64_t n;
+  };
+  std::vector<Case> cases;
+  for (int64_t cols : {384, 1152})
+    for (int group : {32, 64, 128})
+      for (int64_t n : {1, 3, 9, 16, 17, 32}) cases.push_back({37, cols, group, n});
+  for (int64_t rows : {int64_t(32) * sms + 5, int64_t(64) * sms + 3})
+    for (int64_t n : {9, 16, 32}) cases.push_back({rows, 384, 64, n});
+  for (const Case& k : cases) {
+    const int64_t rows = k.rows, cols = k.cols, n = k.n;
+    RandomAffine w(4, k.group, rows, cols, uint32_t(k.group + n + cols + rows));
+    std::mt19937 rng(11);
+    std::normal_distribution<float> d(0.f, 1.f);
+    std::vector<float> x(size_t(n * cols));
+    for (float& v : x) v = d(rng);
+    std::vector<QuantizedRow> xq;
+    for (int64_t t = 0; t < n; ++t)
+      xq.push_back(
+          quantize_row(std::vector<double>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
+    auto dx = upload(x);
+    cuda::DeviceBuffer dy(size_t(n * rows) * 4);
+    cuda::gemm_affine_int8(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
+    const auto got = download<float>(dy, size_t(n * rows));
+    int bad = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> wr = w.row(r);
+      for (int64_t t = 0; t < n; ++t) {
+        double ref = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double p = double(wr[size_t(c)]) * xq[size_t(t)].value[size_t(c)];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        const double g = got[size_t(t * rows + r)];
+        if (std::fabs(g - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
+          ADD_FAILURE() << rows << " x " << cols << " group " << k.group << " n " << n << " [" << t
+                        << ", " << r << "] gpu " << g << " ref " << ref;
+      }
+    }
+    EXPECT_EQ(bad, 0) << rows << " x " << cols << " group " << k.group << " n " << n;
+  }
+}
+
 TEST(CudaQuant, DequantizeAndEmbedAreExact) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
@@ -280,16 +338,22 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuDecoder) {
       };
       const std::vector<float> want_int8 = cpu_logits(false), want_f32 = cpu_logits(true);
       // Prefill-sized steps dequantize in tiles: the buffer's 32M weights
-      // (one tile a fixture matrix), then tiles of 300 weights (a few rows).
+      // (one tile a fixture matrix), then tiles of 300 weights (a few rows);
+      // with TANDEM_CUDA_AFFINE_MMA=1, 4-bit steps of up to 32 tokens take
+      // the int8 tensor-core GEMM (the GEMV's numerics) instead.
       struct Steps {
         int64_t tokens;
         const char* tile_weights;
+        bool mma;
       };
-      for (Steps st : {Steps{2, nullptr}, Steps{cuda::Decoder::affine_gemv_max_tokens(), nullptr},
-                       Steps{256, nullptr}, Steps{256, "300"}}) {
+      for (Steps st : {Steps{2, nullptr, false},
+                       Steps{cuda::Decoder::affine_gemv_max_tokens(), nullptr, false},
+                       Steps{256, nullptr, false}, Steps{256, "300", false},
+                       Steps{16, nullptr, true}, Steps{32, nullptr, true}}) {
         const int64_t step = st.tokens;
         const ScopedEnv tiles("TANDEM_CUDA_DEQUANT_TILE_WEIGHTS",
                               st.tile_weights ? st.tile_weights : "33554432");
+        const ScopedEnv mma("TANDEM_CUDA_AFFINE_MMA", st.mma ? "1" : "0");
         KvPool kv = single_sequence_pool(model->spec, n, step, /*host_storage=*/false);
         cuda::Decoder gpu(*model, kv, step, 0, cuda::GemmInputs::HiLo);
         EXPECT_EQ(gpu.weight_bytes(), cuda::Decoder::weight_bytes_for(*model));
@@ -297,7 +361,8 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuDecoder) {
         SequenceKv s;
         std::vector<float> got(size_t(n * V));
         run_sequence(gpu, ids.data(), n, s, got.data(), true);
-        const bool gemv = step <= cuda::Decoder::affine_gemv_max_tokens();
+        const bool gemv = step <= cuda::Decoder::affine_gemv_max_tokens() ||
+                          (st.mma && bits == 4 && step <= cuda::kAffineMmaMaxTokens);
         const double err = relative_error(got, gemv ? want_int8 : want_f32);
         const double tolerance = gemv ? (gemma4 ? 0.3 : 1e-4) : gemma4 ? 2e-3 : 1e-3;
         EXPECT_LE(err, tolerance) << name << " " << bits << "-bit, steps of " << step
@@ -305,8 +370,11 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuDecoder) {
                                   << (st.tile_weights ? st.tile_weights : "32M");
         std::printf(
             "[cuda quant] %-16s %d-bit g32 steps of %3lld%s: max|gpu - cpu| = %.2e x std%s\n", name,
-            bits, (long long)step, st.tile_weights ? " (300-weight tiles)" : "", err,
-            gemv ? " (int8 activations)" : "");
+            bits, (long long)step,
+            st.tile_weights ? " (300-weight tiles)"
+            : st.mma        ? " (TANDEM_CUDA_AFFINE_MMA=1)"
+                            : "",
+            err, gemv ? " (int8 activations)" : "");
         if (gemv)
           std::printf("[cuda quant] %-16s   int8 activations moved the logits by %.2e x std\n",
                       name, relative_error(got, want_f32));

@@ -43,6 +43,28 @@ struct Vec {
   static constexpr int kVecCols = 4 * kCodes;  // columns a vector
 };
 
+// One quantized activation row, in the order the GEMV's lanes read it: for
+// each 16-byte vector of codes (affine::Vec), kPlanes 16-byte planes of int8
+// activations — plane p of every vector back to back, so a warp's loads of a
+// plane are one contiguous span — then a float2 (d, d · Σ q) per vector.
+// 4 bits: a word's codes are read as its even nibbles (columns 0, 2, 4, 6)
+// and its odd ones (1, 3, 5, 7), so word k's 8 bytes of activations are
+// those columns' q in that order, words 0-1 in plane 0 and 2-3 in plane 1.
+// 8 bits: a word's bytes are columns 0-3 in order, one plane.
+template <int BITS>
+struct Acts {
+  static constexpr int kVecCols = affine::Vec<BITS>::kVecCols;
+  static constexpr int kPlanes = kVecCols / 16;
+  __host__ __device__ static int vecs(int cols) { return cols / kVecCols; }
+  __host__ __device__ static size_t meta_at(int cols) {
+    return size_t(kPlanes) * 16 * size_t(vecs(cols));
+  }
+  // Bytes of one row, a multiple of 16.
+  __host__ __device__ static size_t row_bytes(int cols) {
+    return (meta_at(cols) + 8 * size_t(vecs(cols)) + 15) / 16 * 16;
+  }
+};
+
 inline int log2_exact(int v) {
   int s = 0;
   while ((1 << s) < v) ++s;
@@ -62,3 +84,12 @@ inline void check(const AffineMatrix& w, const char* what) {
 }
 
 }  // namespace tandem::cuda::affine
+
+namespace tandem::cuda {
+
+// gemm_affine_mma.cu: the int8 tensor-core GEMM over activations quantized
+// as Acts<4> rows of act_bytes (fails unless affine_mma_takes(w, n)).
+void launch_affine_mma(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, int64_t n,
+                       float* y, cudaStream_t stream);
+
+}  // namespace tandem::cuda

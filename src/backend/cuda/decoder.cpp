@@ -274,7 +274,14 @@ struct Decoder::Impl {
   // (llama-3.2-1b, ministral-3-3b); at 32 (twenty-first session) 11-21%
   // behind on every shape (gemma-3-1b 16,513 -> 12,992 tok/s).
   const int64_t skinny_tokens = env_count("TANDEM_CUDA_SKINNY_MAX_TOKENS", 16);
-  // Decode steps past the GEMV over packed affine matrices dequantize them
+  // Decode steps of up to kAffineMmaMaxTokens past the GEMV over packed
+  // 4-bit matrices run the int8 tensor-core GEMM (gemm_affine_int8, the
+  // GEMV's numerics) unless TANDEM_CUDA_AFFINE_MMA=0 (bf16 tiles, below).
+  // Measured on the H100 (twenty-second session) against the tiles:
+  // llama-3.2-1b q4 at 16 / 32 sequences 3,599 -> 8,351 / 6,999 -> 11,748
+  // tok/s, gemma-4-e2b 1,731 -> 3,537 / 2,725 -> 5,204; every shape 1.5-2.3x.
+  const bool affine_mma = !env_is("TANDEM_CUDA_AFFINE_MMA", "0");
+  // Other steps past the GEMV over packed affine matrices dequantize them
   // to bf16 in tiles of at most this many weights (TANDEM_CUDA_DEQUANT_TILE_WEIGHTS;
   // default and most: the tile buffer's 32M), each tile then read by the
   // GEMM. Meant for measuring whether tiles small enough to stay in L2 (16
@@ -500,7 +507,9 @@ struct Decoder::Impl {
     }
     if (fusion.normalize || fusion.accumulate || fusion.gate != GemvGate::None || fusion.times)
       fail("CUDA decoder: %s of %lld tokens is not a GEMV and cannot fuse", op, (long long)n);
-    if (w.affine) {
+    if (w.affine && affine_mma && affine_mma_takes(w.view(), n)) {
+      gemm_affine_int8(w.view(), xin, n, y, stream, xb.get(), xb.bytes());
+    } else if (w.affine) {
       // Prefill: tiles of rows dequantized to bf16 hi + lo parts (a bf16
       // tile alone put Gemma 4's fixtures 0.5 x std off the f32 reference),
       // each through the bf16 GEMM over hi/lo activations, plus lo · x_hi.

@@ -23,27 +23,7 @@ namespace {
 
 using namespace gemv;
 
-// One quantized activation row, in the order the GEMV's lanes read it: for
-// each 16-byte vector of codes (affine::Vec), kPlanes 16-byte planes of int8
-// activations — plane p of every vector back to back, so a warp's loads of a
-// plane are one contiguous span — then a float2 (d, d · Σ q) per vector.
-// 4 bits: a word's codes are read as its even nibbles (columns 0, 2, 4, 6)
-// and its odd ones (1, 3, 5, 7), so word k's 8 bytes of activations are
-// those columns' q in that order, words 0-1 in plane 0 and 2-3 in plane 1.
-// 8 bits: a word's bytes are columns 0-3 in order, one plane.
-template <int BITS>
-struct Acts {
-  static constexpr int kVecCols = affine::Vec<BITS>::kVecCols;
-  static constexpr int kPlanes = kVecCols / 16;
-  __host__ __device__ static int vecs(int cols) { return cols / kVecCols; }
-  __host__ __device__ static size_t meta_at(int cols) {
-    return size_t(kPlanes) * 16 * size_t(vecs(cols));
-  }
-  // Bytes of one row, a multiple of 16.
-  __host__ __device__ static size_t row_bytes(int cols) {
-    return (meta_at(cols) + 8 * size_t(vecs(cols)) + 15) / 16 * 16;
-  }
-};
+using affine::Acts;
 
 size_t act_row_bytes(int bits, int64_t cols) {
   return bits == 4 ? Acts<4>::row_bytes(int(cols)) : Acts<8>::row_bytes(int(cols));
@@ -348,6 +328,32 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   });
 }
 
+// The quantized rows' scratch of a call: `scratch` when given (checked:
+// enough bytes, 16-byte aligned), else `own`, allocated for this call (not
+// inside a graph capture). `what` names the caller in errors.
+uint8_t* act_scratch(int bits, int64_t n, int64_t cols, void* scratch, size_t scratch_bytes,
+                     DeviceBuffer& own, const char* what) {
+  const size_t need = gemv_affine_scratch_bytes(bits, n, cols);
+  if (!scratch) {
+    own = DeviceBuffer(need);
+    scratch = own.get();
+    scratch_bytes = need;
+  }
+  if (scratch_bytes < need || reinterpret_cast<uintptr_t>(scratch) % 16 != 0)
+    fail("%s: %zu bytes of scratch for %lld x %lld activations (needs %zu, 16-aligned)", what,
+         scratch_bytes, (long long)n, (long long)cols, need);
+  return static_cast<uint8_t*>(scratch);
+}
+
+void check_shape(const AffineMatrix& w, const float* x, const char* what) {
+  affine::check(w, what);
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    fail("%s: activations are not 16-byte aligned", what);
+  if (w.rows > INT32_MAX || w.cols > INT32_MAX)
+    fail("%s: a %lld x %lld matrix is too large for the kernel", what, (long long)w.rows,
+         (long long)w.cols);
+}
+
 }  // namespace
 
 size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols) {
@@ -366,29 +372,31 @@ int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated) {
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                  const GemvFusion& fusion, void* scratch, size_t scratch_bytes) {
   if (w.rows <= 0 || n <= 0) return;
-  affine::check(w, "gemv_affine");
+  check_shape(w, x, "gemv_affine");
   gemv::check_fusion(fusion, w.rows, "gemv_affine");
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
-      (fusion.normalize && reinterpret_cast<uintptr_t>(fusion.norm_weight) % 16 != 0))
-    fail("gemv_affine: activations or norm weight are not 16-byte aligned");
-  if (w.rows > INT32_MAX || w.cols > INT32_MAX)
-    fail("gemv_affine: a %lld x %lld matrix is too large for the kernel", (long long)w.rows,
-         (long long)w.cols);
-  const size_t need = gemv_affine_scratch_bytes(w.bits, n, w.cols);
-  DeviceBuffer own;  // no scratch given: one for this call (not inside a graph capture)
-  if (!scratch) {
-    own = DeviceBuffer(need);
-    scratch = own.get();
-    scratch_bytes = need;
-  }
-  if (scratch_bytes < need || reinterpret_cast<uintptr_t>(scratch) % 16 != 0)
-    fail("gemv_affine: %zu bytes of scratch for %lld x %lld activations (needs %zu, 16-aligned)",
-         scratch_bytes, (long long)n, (long long)w.cols, need);
-  auto* acts = static_cast<uint8_t*>(scratch);
+  if (fusion.normalize && reinterpret_cast<uintptr_t>(fusion.norm_weight) % 16 != 0)
+    fail("gemv_affine: the norm weight is not 16-byte aligned");
+  DeviceBuffer own;
+  uint8_t* acts = act_scratch(w.bits, n, w.cols, scratch, scratch_bytes, own, "gemv_affine");
   if (w.bits == 4)
     gemv_bits<4>(w, x, n, y, fusion, acts, stream);
   else
     gemv_bits<8>(w, x, n, y, fusion, acts, stream);
+}
+
+void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y,
+                      cudaStream_t stream, void* scratch, size_t scratch_bytes) {
+  if (w.rows <= 0 || n <= 0) return;
+  check_shape(w, x, "gemm_affine_int8");
+  if (!affine_mma_takes(w, n))
+    fail("gemm_affine_int8: %d-bit weights over %lld tokens (4 bits, 1 to %d tokens)", w.bits,
+         (long long)n, kAffineMmaMaxTokens);
+  DeviceBuffer own;
+  uint8_t* acts = act_scratch(4, n, w.cols, scratch, scratch_bytes, own, "gemm_affine_int8");
+  const size_t rb = Acts<4>::row_bytes(int(w.cols));
+  launch(quantize_acts_kernel<4>, unsigned(n), kQuantizeThreads, 0, stream, x, int(w.cols), false,
+         static_cast<const float*>(nullptr), 0.f, acts, rb);
+  launch_affine_mma(w, acts, rb, n, y, stream);
 }
 
 }  // namespace tandem::cuda
