@@ -339,17 +339,19 @@ TEST(CudaQuant, QuantizedModelsMatchTheCpuDecoder) {
       const std::vector<float> want_int8 = cpu_logits(false), want_f32 = cpu_logits(true);
       // Prefill-sized steps dequantize in tiles: the buffer's 32M weights
       // (one tile a fixture matrix), then tiles of 300 weights (a few rows);
-      // with TANDEM_CUDA_AFFINE_MMA=1, 4-bit steps of up to 32 tokens take
-      // the int8 tensor-core GEMM (the GEMV's numerics) instead.
+      // with TANDEM_CUDA_AFFINE_MMA=1 (the default), 4-bit steps of 5 to 32
+      // tokens take the int8 tensor-core GEMM (the GEMV's numerics) instead;
+      // =0 keeps steps of up to affine_gemv_max_tokens() on the GEMV.
       struct Steps {
         int64_t tokens;
         const char* tile_weights;
         bool mma;
       };
-      for (Steps st : {Steps{2, nullptr, false},
-                       Steps{cuda::Decoder::affine_gemv_max_tokens(), nullptr, false},
-                       Steps{256, nullptr, false}, Steps{256, "300", false},
-                       Steps{16, nullptr, true}, Steps{32, nullptr, true}}) {
+      for (Steps st :
+           {Steps{2, nullptr, false},
+            Steps{cuda::Decoder::affine_gemv_max_tokens(), nullptr, false},
+            Steps{256, nullptr, false}, Steps{256, "300", false}, Steps{8, nullptr, true},
+            Steps{16, nullptr, true}, Steps{32, nullptr, true}}) {
         const int64_t step = st.tokens;
         const ScopedEnv tiles("TANDEM_CUDA_DEQUANT_TILE_WEIGHTS",
                               st.tile_weights ? st.tile_weights : "33554432");
