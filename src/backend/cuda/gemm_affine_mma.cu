@@ -189,14 +189,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 template <int TILES>
 void launch_tiles(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, int64_t n, float* y,
                   cudaStream_t stream) {
-  // The most rows a warp takes while the grid still gives every SM a block.
+  // The most rows a warp takes while the grid still gives every SM a block:
+  // 16-row tiles up to 4, 2 at 32 tokens (4 took 250 registers), and at
+  // most TANDEM_CUDA_AFFINE_MMA_ROW_TILES (1, 2 or 4; for measuring: more
+  // tiles a warp share its activation loads, fewer give each block's warps
+  // more blocks of columns in flight).
+  static const int64_t cap = env_count("TANDEM_CUDA_AFFINE_MMA_ROW_TILES", 4);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const int64_t sms = std::max(1, launch_limits(device).multiprocessors);
   auto blocks = [&](int r) { return (w.rows + 16 * r - 1) / (16 * r); };
-  // 32 tokens keep at most 2 (4 took 250 registers).
-  const int most = TILES > 2 ? 2 : 4;
-  const int r = most >= 4 && blocks(4) >= sms ? 4 : blocks(2) >= sms ? 2 : 1;
+  const int most = int(std::min<int64_t>(TILES > 2 ? 2 : 4, std::max<int64_t>(cap, 1)));
+  const int r = most >= 4 && blocks(4) >= sms ? 4 : most >= 2 && blocks(2) >= sms ? 2 : 1;
   const int shift = affine::log2_exact(w.group);
   auto go = [&](auto kernel, int rr) {
     launch(kernel, unsigned(blocks(rr)), kWarps * 32, 0, stream, w.data, w.scales, w.biases, shift,
