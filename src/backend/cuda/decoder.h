@@ -4,10 +4,11 @@
 // Weights are uploaded once: bf16 and f32 as stored, f16 widened to f32,
 // affine 4/8-bit matrices (MLX, and GGUF Q8_0/Q4_0/Q4_K as loaded)
 // dequantized to bf16 — or, with TANDEM_CUDA_PACKED_QUANT=1, kept packed
-// with f32 scales and biases for the fused-dequant GEMV (opt-in: as fast as
-// the bf16 path at batch 1, several times slower batched, where every step
-// re-dequantizes the weights; parts of a fused projection that mix formats
-// are always dequantized). The KV rows live in
+// with f32 scales and biases for the fused-dequant GEMV and, for 4-bit
+// steps of 5-32 tokens, the int8 tensor-core GEMM (opt-in: faster than the
+// bf16 path at batch 1, still behind it batched; other steps dequantize
+// bf16 tiles; parts of a fused projection that mix formats are always
+// dequantized). The KV rows live in
 // device memory under the block ids of the engine's KvPool (created without
 // host storage), one extra scratch block per kind for padding. Activations
 // are f32; decode-sized steps run the GEMV kernels (f32 accumulation over
@@ -96,9 +97,10 @@ class Decoder : public StepRunner {
   // H200, cuBLAS over hi/lo-split activations beats the GEMV from 4 rows).
   static int64_t gemv_max_tokens();
   // The same for matrices kept as packed 4/8-bit codes (8 unless
-  // TANDEM_AFFINE_GEMV_MAX_TOKENS says otherwise): larger steps dequantize
-  // bf16 tiles of rows for cuBLAS, which rewrites every weight at twice
-  // the bf16 size each step, so the GEMV stays ahead for longer.
+  // TANDEM_AFFINE_GEMV_MAX_TOKENS says otherwise; 4-bit matrices stop at 4
+  // while the int8 GEMM is on): larger 8-bit steps dequantize bf16 tiles of
+  // rows for cuBLAS, which rewrites every weight at twice the bf16 size each
+  // step, so the GEMV stays ahead for longer.
   static int64_t affine_gemv_max_tokens();
 
   // The rows a decode step of n sequences runs as (the bucket whose CUDA
