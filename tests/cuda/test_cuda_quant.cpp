@@ -219,7 +219,8 @@ TEST(CudaQuant, GemvSplitsTheWordsOfShortMatrices) {
 // a column share that does not divide evenly over the block's 8 warps
 // (1,152 columns: 36 blocks of 32), and each row tiling it picks (16 rows
 // a warp at 37 rows; 32 and 64 where the rows give every SM a block of
-// them).
+// them); with the scales and biases loaded with the activations and a round
+// ahead (TANDEM_CUDA_AFFINE_MMA_PREFETCH).
 TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
@@ -248,26 +249,31 @@ TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
       xq.push_back(
           quantize_row(std::vector<double>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
     auto dx = upload(x);
-    cuda::DeviceBuffer dy(size_t(n * rows) * 4);
-    cuda::gemm_affine_int8(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
-    const auto got = download<float>(dy, size_t(n * rows));
-    int bad = 0;
+    std::vector<double> ref(size_t(n * rows)), mag(ref.size());
     for (int64_t r = 0; r < rows; ++r) {
       const std::vector<float> wr = w.row(r);
-      for (int64_t t = 0; t < n; ++t) {
-        double ref = 0, mag = 0;
+      for (int64_t t = 0; t < n; ++t)
         for (int64_t c = 0; c < cols; ++c) {
           const double p = double(wr[size_t(c)]) * xq[size_t(t)].value[size_t(c)];
-          ref += p;
-          mag += std::fabs(p);
+          ref[size_t(t * rows + r)] += p;
+          mag[size_t(t * rows + r)] += std::fabs(p);
         }
-        const double g = got[size_t(t * rows + r)];
-        if (std::fabs(g - ref) > 1e-5 * mag + 1e-6 && bad++ < 3)
-          ADD_FAILURE() << rows << " x " << cols << " group " << k.group << " n " << n << " [" << t
-                        << ", " << r << "] gpu " << g << " ref " << ref;
-      }
     }
-    EXPECT_EQ(bad, 0) << rows << " x " << cols << " group " << k.group << " n " << n;
+    // Scales and biases loaded with the activations, and a round ahead.
+    for (const char* prefetch : {"0", "1"}) {
+      const ScopedEnv env("TANDEM_CUDA_AFFINE_MMA_PREFETCH", prefetch);
+      cuda::DeviceBuffer dy(size_t(n * rows) * 4);
+      cuda::gemm_affine_int8(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
+      const auto got = download<float>(dy, size_t(n * rows));
+      int bad = 0;
+      for (size_t at = 0; at < got.size(); ++at)
+        if (std::fabs(got[at] - ref[at]) > 1e-5 * mag[at] + 1e-6 && bad++ < 3)
+          ADD_FAILURE() << rows << " x " << cols << " group " << k.group << " n " << n << " ["
+                        << at / size_t(rows) << ", " << at % size_t(rows) << "] gpu " << got[at]
+                        << " ref " << ref[at] << " TANDEM_CUDA_AFFINE_MMA_PREFETCH=" << prefetch;
+      EXPECT_EQ(bad, 0) << rows << " x " << cols << " group " << k.group << " n " << n
+                        << " TANDEM_CUDA_AFFINE_MMA_PREFETCH=" << prefetch;
+    }
   }
 }
 

@@ -24,6 +24,7 @@
 // (0..15) are valid s8 operands.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/affine_codes.h"
 #include "backend/cuda/check.h"
@@ -56,7 +57,11 @@ __device__ __forceinline__ float small_int_float(int c) {
 // TILES: 8-token mma tiles (tokens 8t + g), n ≤ 8 · TILES. R: 16-row tiles
 // a warp takes. acts: n rows of act_bytes (Acts<4>), written by the kernel
 // before (plain loads: launch.h). Two blocks an SM (at most 128 registers).
-template <int TILES, int R>
+// PF: the rows' group scales and biases are loaded a round ahead with the
+// codes (TANDEM_CUDA_AFFINE_MMA_PREFETCH=1; opt-in, written without a GPU:
+// loaded with the round's activations, a round whose blocks start a new
+// group waits on their DRAM latency, not the activations' L2 one).
+template <int TILES, int R, bool PF>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     affine_mma_kernel(const uint32_t* __restrict__ W, const float* __restrict__ scales,
                       const float* __restrict__ biases, int group_shift, int rows, int cols,
@@ -86,23 +91,41 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // activations loaded together (more spilled registers at 128).
   constexpr int D = (TILES > 2 ? 2 : 4) / R > 0 ? (TILES > 2 ? 2 : 4) / R : 1;
   uint32_t code[D][R][2];
+  float sc[D][R][2], bi[D][R][2];  // PF: the next round's group scales and biases
+  // The group scale and bias of row tile r's row h at block vd (in: vd is
+  // in the warp's share; else group 0, unused).
+  auto load_affine = [&](int vd, bool in, int r, int h, float& s_out, float& b_out) {
+    const int grp = in ? (vd * 32) >> group_shift : 0;
+    s_out = __ldg(scales + size_t(row[r][h]) * groups + grp);
+    b_out = __ldg(biases + size_t(row[r][h]) * groups + grp);
+  };
   auto load_codes = [&](int v) {
 #pragma unroll
     for (int d = 0; d < D; ++d)
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) code[d][r][h] = v + d < v1 ? __ldg(w[r][h] + 4 * (v + d)) : 0u;
+        for (int h = 0; h < 2; ++h) {
+          const bool in = v + d < v1;
+          code[d][r][h] = in ? __ldg(w[r][h] + 4 * (v + d)) : 0u;
+          if constexpr (PF) load_affine(v + d, in, r, h, sc[d][r][h], bi[d][r][h]);
+        }
   };
   load_codes(v0);
   pdl_wait();
   float acc[R][TILES][4] = {};
   for (int v = v0; v < v1; v += D) {
     uint32_t now[D][R][2];
+    float s[D][R][2], bias[D][R][2];
 #pragma unroll
     for (int d = 0; d < D; ++d)
 #pragma unroll
-      for (int r = 0; r < R; ++r) now[d][r][0] = code[d][r][0], now[d][r][1] = code[d][r][1];
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          now[d][r][h] = code[d][r][h];
+          if constexpr (PF) s[d][r][h] = sc[d][r][h], bias[d][r][h] = bi[d][r][h];
+        }
     if (v + D < v1) load_codes(v + D);
     // Every load of the round goes out before its first mma: token 8t + g's
     // operand and the (d, d · Σq) of tokens 8t + 2q and 8t + 2q + 1 (the C
@@ -111,7 +134,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     // block by block, each block's mmas waiting on its own loads).
     uint2 b[D][TILES];
     float2 m[D][TILES][2];
-    float s[D][R][2], bias[D][R][2];
 #pragma unroll
     for (int d = 0; d < D; ++d) {
       const int vd = v + d;
@@ -131,14 +153,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                   : make_float2(0.f, 0.f);
         }
       }
-      const int grp = in ? (vd * 32) >> group_shift : 0;
+      if constexpr (!PF) {
 #pragma unroll
-      for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          s[d][r][h] = __ldg(scales + size_t(row[r][h]) * groups + grp);
-          bias[d][r][h] = __ldg(biases + size_t(row[r][h]) * groups + grp);
-        }
+          for (int h = 0; h < 2; ++h) load_affine(vd, in, r, h, s[d][r][h], bias[d][r][h]);
+      }
     }
 #pragma unroll
     for (int d = 0; d < D; ++d) {
@@ -202,17 +222,26 @@ void launch_tiles(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, 
   const int most = int(std::min<int64_t>(TILES > 2 ? 2 : 4, std::max<int64_t>(cap, 1)));
   const int r = most >= 4 && blocks(4) >= sms ? 4 : most >= 2 && blocks(2) >= sms ? 2 : 1;
   const int shift = affine::log2_exact(w.group);
+  // Read at each launch (decode steps are captured once), so tests take both.
+  const bool prefetch = env_is("TANDEM_CUDA_AFFINE_MMA_PREFETCH", "1");
   auto go = [&](auto kernel, int rr) {
     launch(kernel, unsigned(blocks(rr)), kWarps * 32, 0, stream, w.data, w.scales, w.biases, shift,
            int(w.rows), int(w.cols), acts, int(act_bytes), int(n), y);
   };
-  if constexpr (TILES <= 2) {
-    if (r == 4) return go(affine_mma_kernel<TILES, 4>, 4);
-  }
-  if (r == 2)
-    go(affine_mma_kernel<TILES, 2>, 2);
+  auto go_r = [&](auto pf) {
+    constexpr bool PF = decltype(pf)::value;
+    if constexpr (TILES <= 2) {
+      if (r == 4) return go(affine_mma_kernel<TILES, 4, PF>, 4);
+    }
+    if (r == 2)
+      go(affine_mma_kernel<TILES, 2, PF>, 2);
+    else
+      go(affine_mma_kernel<TILES, 1, PF>, 1);
+  };
+  if (prefetch)
+    go_r(std::true_type{});
   else
-    go(affine_mma_kernel<TILES, 1>, 1);
+    go_r(std::false_type{});
 }
 
 }  // namespace
