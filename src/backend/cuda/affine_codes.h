@@ -88,7 +88,7 @@ inline void check(const AffineMatrix& w, const char* what) {
 namespace tandem::cuda {
 
 // gemm_affine_mma.cu: the int8 tensor-core GEMM over activations quantized
-// as Acts<4> rows of act_bytes (fails unless affine_mma_takes(w, n)).
+// as Acts<4> rows of act_bytes; the caller has checked affine_mma_takes(w, n).
 void launch_affine_mma(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, int64_t n,
                        float* y, cudaStream_t stream);
 

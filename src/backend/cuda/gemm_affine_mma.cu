@@ -90,8 +90,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // Blocks of 32 columns a round: codes in flight, and the round's
   // activations loaded together (more spilled registers at 128).
   constexpr int D = (TILES > 2 ? 2 : 4) / R > 0 ? (TILES > 2 ? 2 : 4) / R : 1;
-  uint32_t code[D][R][2];
-  float sc[D][R][2], bi[D][R][2];  // PF: the next round's group scales and biases
+  // What a round loads a round ahead: the codes and, with PF, the group
+  // scales and biases (without PF the round loads those itself).
+  struct Ahead {
+    uint32_t code[D][R][2];
+    float s[D][R][2], bias[D][R][2];
+  };
+  Ahead ahead{};
   // The group scale and bias of row tile r's row h at block vd (in: vd is
   // in the warp's share; else group 0, unused).
   auto load_affine = [&](int vd, bool in, int r, int h, float& s_out, float& b_out) {
@@ -107,25 +112,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const bool in = v + d < v1;
-          code[d][r][h] = in ? __ldg(w[r][h] + 4 * (v + d)) : 0u;
-          if constexpr (PF) load_affine(v + d, in, r, h, sc[d][r][h], bi[d][r][h]);
+          ahead.code[d][r][h] = in ? __ldg(w[r][h] + 4 * (v + d)) : 0u;
+          if constexpr (PF) load_affine(v + d, in, r, h, ahead.s[d][r][h], ahead.bias[d][r][h]);
         }
   };
   load_codes(v0);
   pdl_wait();
   float acc[R][TILES][4] = {};
   for (int v = v0; v < v1; v += D) {
-    uint32_t now[D][R][2];
-    float s[D][R][2], bias[D][R][2];
-#pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          now[d][r][h] = code[d][r][h];
-          if constexpr (PF) s[d][r][h] = sc[d][r][h], bias[d][r][h] = bi[d][r][h];
-        }
+    Ahead now = ahead;
     if (v + D < v1) load_codes(v + D);
     // Every load of the round goes out before its first mma: token 8t + g's
     // operand and the (d, d · Σq) of tokens 8t + 2q and 8t + 2q + 1 (the C
@@ -157,7 +152,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) load_affine(vd, in, r, h, s[d][r][h], bias[d][r][h]);
+          for (int h = 0; h < 2; ++h) load_affine(vd, in, r, h, now.s[d][r][h], now.bias[d][r][h]);
       }
     }
 #pragma unroll
@@ -165,9 +160,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       if (v + d >= v1) break;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const uint32_t a[4] = {now[d][r][0] & 0x0F0F0F0Fu, now[d][r][1] & 0x0F0F0F0Fu,
-                               (now[d][r][0] >> 4) & 0x0F0F0F0Fu,
-                               (now[d][r][1] >> 4) & 0x0F0F0F0Fu};
+        const uint32_t(&pair)[2] = now.code[d][r];  // rows g and g + 8
+        const uint32_t a[4] = {pair[0] & 0x0F0F0F0Fu, pair[1] & 0x0F0F0F0Fu,
+                               (pair[0] >> 4) & 0x0F0F0F0Fu, (pair[1] >> 4) & 0x0F0F0F0Fu};
 #pragma unroll
         for (int t = 0; t < TILES; ++t) {
           int c[4];
@@ -176,8 +171,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           for (int i = 0; i < 4; ++i) {
             const float2 mt = m[d][t][i % 2];
             const int h = i / 2;
-            acc[r][t][i] = fmaf(small_int_float(c[i]), s[d][r][h] * mt.x,
-                                fmaf(bias[d][r][h], mt.y, acc[r][t][i]));
+            acc[r][t][i] = fmaf(small_int_float(c[i]), now.s[d][r][h] * mt.x,
+                                fmaf(now.bias[d][r][h], mt.y, acc[r][t][i]));
           }
         }
       }
@@ -253,9 +248,6 @@ bool affine_mma_takes(const AffineMatrix& w, int64_t n) {
 
 void launch_affine_mma(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, int64_t n,
                        float* y, cudaStream_t stream) {
-  if (!affine_mma_takes(w, n))
-    fail("gemm_affine_int8: %d-bit weights over %lld tokens (4 bits, 1 to %d tokens)", w.bits,
-         (long long)n, kAffineMmaMaxTokens);
   if (n <= 16)
     launch_tiles<2>(w, acts, act_bytes, n, y, stream);
   else

@@ -46,36 +46,47 @@ constexpr int kQuantizeThreads = 512;
 // the norm weight, loaded before the PDL wait (up to 4,096 columns).
 constexpr int kCachedX = 6, kCachedW = 2;
 
-// Quantizes one activation row (xr: cols / 4 float4s) into `row` (Acts
-// layout) with the NT threads of the block. With `normalize`, the row is
-// first rmsnorm(x) · norm_weight (gw null: no weight) as the CPU's rmsnorm
-// computes it: x · inv · w, inv = 1 / sqrt(Σx² / cols + eps). Thread i takes
-// float4s i, i + NT, ..., so 8 neighbours hold a block of 32 values; it
-// keeps its first KX float4s of x in registers between the norm's sum and
-// the quantization (wider rows read the rest twice), and `g` holds its
-// first KW float4s of the norm weight, loaded by the caller (before the PDL
-// wait). `partial`: NT / 32 floats of shared memory, free again on return.
-// x, written by the kernel before, is read with plain loads, never __ldg
-// (see gemv_affine_kernel).
-template <int BITS, int NT, int KX, int KW>
-__device__ __forceinline__ void quantize_row(const float4* xr, int cols, bool normalize,
-                                             const float4* gw, const float4 (&g)[KW], float eps,
-                                             uint8_t* row, float* partial) {
+// Quantizes row blockIdx.x of x ([n, cols]) into `out` (rows row_bytes
+// apart). With `normalize`, the row is first rmsnorm(x) · norm_weight (null:
+// no weight) as the CPU's rmsnorm computes it: x · inv · w, inv = 1 /
+// sqrt(Σx² / cols + eps). kQuantizeThreads threads; thread i takes float4s
+// i, i + kQuantizeThreads, ..., so 8 neighbours hold a block of 32 values.
+// This kernel sits on the decode chain between each GEMV's producer and the
+// GEMV (whose blocks wait in pdl_wait with their first weights loaded):
+// every load it can issue early, it does (the norm weight before the PDL
+// wait; x once, kept in registers). x, written by the kernel before, is
+// read with plain loads, never __ldg (see gemv_affine_kernel).
+template <int BITS>
+__global__ void __launch_bounds__(kQuantizeThreads)
+    quantize_acts_kernel(const float* x, int cols, bool normalize,
+                         const float* __restrict__ norm_weight, float eps,
+                         uint8_t* __restrict__ out, size_t row_bytes) {
   using A = Acts<BITS>;
+  constexpr int NT = kQuantizeThreads;
+  __shared__ float partial[NT / 32];
+  pdl_launch_dependents();
   const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, quads = cols / 4;
+  const float4* gw =
+      normalize && norm_weight ? reinterpret_cast<const float4*>(norm_weight) : nullptr;
   const float4 one = make_float4(1.f, 1.f, 1.f, 1.f);
   auto weight = [&](int f) { return gw && f < quads ? __ldg(gw + f) : one; };
-  auto value = [&](int f) { return f < quads ? xr[f] : make_float4(0.f, 0.f, 0.f, 0.f); };
-  float4 xs[KX];
+  float4 g[kCachedW];
 #pragma unroll
-  for (int k = 0; k < KX; ++k) xs[k] = value(tid + NT * k);
+  for (int k = 0; k < kCachedW; ++k) g[k] = weight(tid + NT * k);
+  pdl_wait();
+  const float4* xr = reinterpret_cast<const float4*>(x + size_t(blockIdx.x) * size_t(cols));
+  uint8_t* row = out + size_t(blockIdx.x) * row_bytes;
+  auto value = [&](int f) { return f < quads ? xr[f] : make_float4(0.f, 0.f, 0.f, 0.f); };
+  float4 xs[kCachedX];
+#pragma unroll
+  for (int k = 0; k < kCachedX; ++k) xs[k] = value(tid + NT * k);
   float inv = 1.f;
   if (normalize) {
     float ss = 0.f;
 #pragma unroll
-    for (int k = 0; k < KX; ++k)
+    for (int k = 0; k < kCachedX; ++k)
       ss += xs[k].x * xs[k].x + xs[k].y * xs[k].y + xs[k].z * xs[k].z + xs[k].w * xs[k].w;
-    for (int f = tid + NT * KX; f < quads; f += NT) {
+    for (int f = tid + NT * kCachedX; f < quads; f += NT) {
       const float4 a = xr[f];
       ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
@@ -86,7 +97,6 @@ __device__ __forceinline__ void quantize_row(const float4* xr, int cols, bool no
 #pragma unroll
     for (int j = 0; j < NT / 32; ++j) total += partial[j];
     inv = 1.0f / sqrtf(total / float(cols) + eps);
-    __syncthreads();  // partial is free for the next row
   }
   const int vecs = A::vecs(cols), j = tid % 8;
   float2* meta = reinterpret_cast<float2*>(row + A::meta_at(cols));
@@ -95,9 +105,9 @@ __device__ __forceinline__ void quantize_row(const float4* xr, int cols, bool no
   for (int k = 0; 32 * warp + NT * k < quads; ++k) {
     const int f = tid + NT * k, blk = f / 8;
     const bool valid = f < quads;
-    float4 a = k < KX ? pick(xs, k) : value(f);
+    float4 a = k < kCachedX ? pick(xs, k) : value(f);
     if (normalize) {
-      const float4 w = k < KW ? pick(g, k) : weight(f);
+      const float4 w = k < kCachedW ? pick(g, k) : weight(f);
       a = make_float4(a.x * inv * w.x, a.y * inv * w.y, a.z * inv * w.z, a.w * inv * w.w);
     }
     float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
@@ -129,40 +139,6 @@ __device__ __forceinline__ void quantize_row(const float4* xr, int cols, bool no
       if (j % 4 == 0) meta[vec] = make_float2(d, float(sum) * d);
     }
   }
-}
-
-// The norm weight's first KW float4s for thread threadIdx.x of NT (ones
-// without a weight), taken before the PDL wait: weights are never written.
-template <int NT, int KW>
-__device__ __forceinline__ void load_norm_weight(const float4* gw, int cols, float4 (&g)[KW]) {
-#pragma unroll
-  for (int k = 0; k < KW; ++k) {
-    const int f = int(threadIdx.x) + NT * k;
-    g[k] = gw && f < cols / 4 ? __ldg(gw + f) : make_float4(1.f, 1.f, 1.f, 1.f);
-  }
-}
-
-// Quantizes row blockIdx.x of x ([n, cols]) into `out` (rows row_bytes
-// apart), normed first when `normalize` (quantize_row). This kernel sits on
-// the decode chain between each GEMV's producer and the GEMV (whose blocks
-// wait in pdl_wait with their first weights loaded): every load it can
-// issue early, it does (the norm weight before the PDL wait; x once, kept
-// in registers).
-template <int BITS>
-__global__ void __launch_bounds__(kQuantizeThreads)
-    quantize_acts_kernel(const float* x, int cols, bool normalize,
-                         const float* __restrict__ norm_weight, float eps,
-                         uint8_t* __restrict__ out, size_t row_bytes) {
-  __shared__ float partial[kQuantizeThreads / 32];
-  pdl_launch_dependents();
-  const float4* gw =
-      normalize && norm_weight ? reinterpret_cast<const float4*>(norm_weight) : nullptr;
-  float4 g[kCachedW];
-  load_norm_weight<kQuantizeThreads, kCachedW>(gw, cols, g);
-  pdl_wait();
-  quantize_row<BITS, kQuantizeThreads, kCachedX, kCachedW>(
-      reinterpret_cast<const float4*>(x + size_t(blockIdx.x) * size_t(cols)), cols, normalize, gw,
-      g, eps, out + size_t(blockIdx.x) * row_bytes, partial);
 }
 
 // c + Σ of the 4 byte products: unsigned codes (8-bit codes reach 255)
@@ -206,9 +182,7 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
   const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32;
   pdl_launch_dependents();
-  // Split warps meet at gather_split's barrier: only then may a warp
-  // without rows leave.
-  if (SPLIT == 1 && !wr.any()) return;
+  if (SPLIT == 1 && !wr.any()) return;  // split warps meet at gather_split's barrier
   const int vecs = A::vecs(cols), groups = cols >> group_shift;
   const ColumnShare<SPLIT> share(vecs);
   const int first = int(share.first), count = int(share.count);  // this warp's vectors

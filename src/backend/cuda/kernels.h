@@ -430,8 +430,8 @@ size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n ≤ kAffineMmaMaxTokens over
 // 4-bit weights, with gemv_affine's numerics (x quantized to int8 in blocks
 // of 32; no fusions) on int8 tensor cores (mma m16n8k32): the decode GEMM
-// of 3 to 32 tokens without bf16 tiles of the weights. scratch as
-// gemv_affine's.
+// of up to 32 tokens (the decoder: 5-32) without bf16 tiles of the
+// weights. scratch as gemv_affine's.
 constexpr int kAffineMmaMaxTokens = 32;
 bool affine_mma_takes(const AffineMatrix& w, int64_t n);  // 4 bits, 1 to 32 tokens
 void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y,
