@@ -217,10 +217,11 @@ TEST(CudaQuant, GemvSplitsTheWordsOfShortMatrices) {
 // the dequantized weights times the int8 activations, with the GEMV's
 // bound: every token-tile count (1-16 and 17-32 tokens), groups of 32-128,
 // a column share that does not divide evenly over the block's 8 warps
-// (1,152 columns: 36 blocks of 32), and each row tiling it picks (16 rows
-// a warp at 37 rows; 32 and 64 where the rows give every SM a block of
-// them); with the scales and biases loaded with the activations and a round
-// ahead (TANDEM_CUDA_AFFINE_MMA_PREFETCH).
+// (1,152 columns: 36 blocks of 32), rows whose scales a stage copies a
+// float at a time and a last stage of 2 blocks (832 columns: 26 blocks),
+// 4,096 columns (four stages a warp: its ring refilled), and each row
+// tiling it picks (16 rows a warp at 37 rows; 32 and 64 where the rows
+// give every SM a block of them).
 TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
@@ -232,9 +233,12 @@ TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
     int64_t n;
   };
   std::vector<Case> cases;
-  for (int64_t cols : {384, 1152})
+  for (int64_t cols : {384, 832, 1152})
     for (int group : {32, 64, 128})
-      for (int64_t n : {1, 3, 9, 16, 17, 32}) cases.push_back({37, cols, group, n});
+      for (int64_t n : {1, 3, 9, 16, 17, 32})
+        if (cols % group == 0) cases.push_back({37, cols, group, n});
+  // Four stages a warp: around each ring of stages once or twice.
+  for (int64_t n : {5, 16, 32}) cases.push_back({37, 4096, 64, n});
   for (int64_t rows : {int64_t(32) * sms + 5, int64_t(64) * sms + 3})
     for (int64_t n : {9, 16, 32}) cases.push_back({rows, 384, 64, n});
   for (const Case& k : cases) {
@@ -259,21 +263,16 @@ TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
           mag[size_t(t * rows + r)] += std::fabs(p);
         }
     }
-    // Scales and biases loaded with the activations, and a round ahead.
-    for (const char* prefetch : {"0", "1"}) {
-      const ScopedEnv env("TANDEM_CUDA_AFFINE_MMA_PREFETCH", prefetch);
-      cuda::DeviceBuffer dy(size_t(n * rows) * 4);
-      cuda::gemm_affine_int8(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
-      const auto got = download<float>(dy, size_t(n * rows));
-      int bad = 0;
-      for (size_t at = 0; at < got.size(); ++at)
-        if (std::fabs(got[at] - ref[at]) > 1e-5 * mag[at] + 1e-6 && bad++ < 3)
-          ADD_FAILURE() << rows << " x " << cols << " group " << k.group << " n " << n << " ["
-                        << at / size_t(rows) << ", " << at % size_t(rows) << "] gpu " << got[at]
-                        << " ref " << ref[at] << " TANDEM_CUDA_AFFINE_MMA_PREFETCH=" << prefetch;
-      EXPECT_EQ(bad, 0) << rows << " x " << cols << " group " << k.group << " n " << n
-                        << " TANDEM_CUDA_AFFINE_MMA_PREFETCH=" << prefetch;
-    }
+    cuda::DeviceBuffer dy(size_t(n * rows) * 4);
+    cuda::gemm_affine_int8(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr);
+    const auto got = download<float>(dy, size_t(n * rows));
+    int bad = 0;
+    for (size_t at = 0; at < got.size(); ++at)
+      if (std::fabs(got[at] - ref[at]) > 1e-5 * mag[at] + 1e-6 && bad++ < 3)
+        ADD_FAILURE() << rows << " x " << cols << " group " << k.group << " n " << n << " ["
+                      << at / size_t(rows) << ", " << at % size_t(rows) << "] gpu " << got[at]
+                      << " ref " << ref[at];
+    EXPECT_EQ(bad, 0) << rows << " x " << cols << " group " << k.group << " n " << n;
   }
 }
 

@@ -65,6 +65,24 @@ struct Acts {
   }
 };
 
+// The int8 GEMM's activation layout (gemm_affine_mma.cu): Acts<4>'s bytes
+// rearranged for a warp's mma operands. For each block v of 32 columns,
+// `tokens` rows (n rounded up to 8; the pad rows are zeros) of 32 bytes back
+// to back — word k's 8 bytes at 8k, its even columns' q then its odd ones',
+// as in Acts<4> — then a float2 (d, d · Σ q) per (v, token) in the same
+// order. A warp's B operand of a block (8 tokens) is then 256 contiguous
+// bytes and its (d, d · Σ q) 64, where Acts<4> rows spread them over 16
+// and 8 cache lines.
+struct MmaActs {
+  __host__ __device__ static int tokens(int n) { return (n + 7) / 8 * 8; }
+  __host__ __device__ static size_t meta_at(int cols, int tokens) {
+    return size_t(cols / 32) * size_t(tokens) * 32;
+  }
+  __host__ __device__ static size_t bytes(int cols, int tokens) {
+    return size_t(cols / 32) * size_t(tokens) * 40;
+  }
+};
+
 inline int log2_exact(int v) {
   int s = 0;
   while ((1 << s) < v) ++s;
@@ -88,8 +106,9 @@ inline void check(const AffineMatrix& w, const char* what) {
 namespace tandem::cuda {
 
 // gemm_affine_mma.cu: the int8 tensor-core GEMM over activations quantized
-// as Acts<4> rows of act_bytes; the caller has checked affine_mma_takes(w, n).
-void launch_affine_mma(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, int64_t n,
-                       float* y, cudaStream_t stream);
+// in the MmaActs layout for MmaActs::tokens(n) tokens; the caller has
+// checked affine_mma_takes(w, n).
+void launch_affine_mma(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* y,
+                       cudaStream_t stream);
 
 }  // namespace tandem::cuda

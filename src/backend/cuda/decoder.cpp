@@ -438,7 +438,9 @@ struct Decoder::Impl {
   // (when on): measured on the H100 against the GEMV (tok/s, q4), at 4
   // tokens llama-3.2-1b 3,500 GEMV / 2,621 GEMM, ministral-3-3b 1,627 /
   // 1,129, gemma-3-1b 2,312 / 2,253; at 8 llama 4,482 / 4,746, ministral
-  // 1,769 / 1,955, gemma-3-1b 3,102 / 4,293, gemma-4-e2b 1,708 / 2,018.
+  // 1,769 / 1,955, gemma-3-1b 3,102 / 4,293, gemma-4-e2b 1,708 / 2,018. The
+  // GEMM fed through shared memory (twenty-third session) still loses at 4:
+  // llama 3,481 / 1,130, ministral 1,621 / 1,315.
   int64_t gemv_limit(const DevMatrix& w) const {
     if (!w.affine) return gemv_tokens;
     return affine_mma && w.bits == 4 ? std::min<int64_t>(affine_gemv_tokens, 4)
@@ -1201,7 +1203,9 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
     m.ple_gate = DeviceBuffer(T * size_t(s.ple_dim) * 4);
     max_cols = std::max<int64_t>(max_cols, s.ple_dim);
   }
-  m.xb = DeviceBuffer(2 * T * size_t(max_cols) * 2);  // hi and lo parts
+  // hi and lo parts, or the packed kernels' quantized activations
+  m.xb = DeviceBuffer(
+      std::max(2 * T * size_t(max_cols) * 2, gemv_affine_scratch_bytes(4, int64_t(T), max_cols)));
   m.twin = DeviceBuffer(T * size_t(max_cols) * 2);
   int64_t max_rows = std::max<int64_t>(s.hidden, 2 * max_f);
   max_rows = std::max({max_rows, max_qkv, LP > 0 ? int64_t(LP) : int64_t(0)});

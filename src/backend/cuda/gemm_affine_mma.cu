@@ -2,7 +2,7 @@
 // int8 tensor cores (mma m16n8k32, s8 × s8 → s32), the batched counterpart
 // of the packed GEMV (gemv_affine.cu) with the same numerics: the
 // activations quantized to int8 in blocks of 32 by quantize_acts_kernel
-// (layout Acts<4>), each block's integer sums scaled by the weights' group
+// (layout MmaActs), each block's integer sums scaled by the weights' group
 // scale s and the activations' d, plus the group bias b times d · Σ q:
 //   y[t, r] = Σ_blocks s · d · Σ code · q  +  b · d · Σ q
 // The other way past the GEMV, bf16 tiles of the dequantized weights for
@@ -14,37 +14,82 @@
 // column a k-slot stands for, as long as A and B agree, so k = 4q.. are word
 // q's even nibbles (columns 8q + 0, 2, 4, 6) and 16+4q.. its odd ones — a
 // word masked (and shifted) once, no unpacking. B's lane (g, q) holds token
-// g's activations at the same k-slots: exactly the 8 bytes quantize_acts_kernel
-// lays out for word q (even columns, then odd). C's lane holds rows g, g + 8
-// at tokens 2q, 2q + 1 of the tile.
+// g's activations at the same k-slots: the 8 bytes quantize_acts_kernel
+// lays out for word q (MmaActs). C's lane holds rows g, g + 8 at tokens 2q,
+// 2q + 1 of the tile.
+//
+// Loads. A block of 32 columns of 16 rows is 16 bytes a row, and each lane
+// wants one word of two rows: loaded straight from global memory (the
+// first version), a warp's 4-byte loads touched 8 cache lines each and its
+// scales 16, so the kernel was bound by L1 wavefronts (ncu: L1 at 78%, DRAM
+// at 10%, llama-3.2-1b's gate/up at 0.6 TB/s). Each warp now streams what
+// its stages need through its own ring of shared-memory stages by cp.async:
+// its rows' codes (64 contiguous bytes a row a stage), scales and biases —
+// prefetched before the PDL wait, as no kernel before writes them — and
+// up to 16 tokens the stage's activations (MmaActs: one contiguous span;
+// see Ring for 17-32), and takes A two
+// k-steps at a time with one ldmatrix.x4 (an 8x8 b16 matrix is 8 rows of
+// 16 bytes: lane (g, q) gets word q of row g — A's layout). With the
+// activations loaded from global memory a k-step pair at a time instead,
+// each pair waited on L2 (ncu: 2-3 warps a scheduler, 0.3-0.6 eligible).
 //
 // A warp takes R tiles of 16 rows (the activations it loads serve all R)
-// over its share of the columns; a block's 8 warps split the columns and
-// sum their partial tiles in shared memory at the end. The 4-bit codes
-// (0..15) are valid s8 operands.
+// over its share of the columns, in stages of 4 blocks; a block's 8 warps
+// split the columns and sum their partial tiles in shared memory at the
+// end. The 4-bit codes (0..15) are valid s8 operands.
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "backend/cuda/affine_codes.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/mma.h"
 #include "backend/cuda/runtime.h"
 
 namespace tandem::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;
+using affine::MmaActs;
 
-__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                       uint32_t b1) {
+constexpr int kWarps = 8;
+constexpr int kStageVecs = 4;  // blocks of 32 columns a stage: 64 bytes of a row's codes
+
+// A warp's ring of stages for R row tiles and `tokens` activation rows
+// (MmaActs). A stage: the codes of 16 · R rows (64 bytes a row, its 16-byte
+// blocks swizzled so ldmatrix's 8 rows fall on distinct banks), their
+// scales and biases of the stage's 1-4 groups (4 floats a row each), and up
+// to 16 tokens (kStagedActs) the activations of its 4 blocks (32 bytes a
+// token a block) and their (d, d · Σ q). At 17-32 tokens those would take
+// the ring to 128 KB a block, one block an SM: measured on the H100 at 32
+// sequences, 5-13% slower than loading them from global memory a k-step
+// pair at a time (llama-3.2-1b q4 15,441 → 14,694 tok/s), where at 16 the
+// ring gains 4-10%.
+template <int TILES, int R>
+struct Ring {
+  static constexpr bool kStagedActs = TILES <= 2;
+  static constexpr int kRows = 16 * R;
+  static constexpr int kStages = R == 1 ? (kStagedActs ? 3 : 4) : 2;
+  static constexpr int kScalesAt = kRows * 64, kBiasesAt = kRows * 80, kActsAt = kRows * 96;
+  __host__ __device__ static int meta_at(int tokens) { return kActsAt + 128 * tokens; }
+  __host__ __device__ static int stage_bytes(int tokens) {
+    return kStagedActs ? meta_at(tokens) + 32 * tokens : kActsAt;
+  }
+  __host__ __device__ static int block_bytes(int tokens) {
+    return kWarps * kStages * stage_bytes(tokens);
+  }
+  // The byte of row r's block c of codes in a stage.
+  __device__ static int code_at(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
+};
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                       uint32_t a3, uint32_t b0, uint32_t b1) {
   c[0] = c[1] = c[2] = c[3] = 0;
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // An integer sum as a float without the quarter-rate conversion: |c| <
@@ -54,204 +99,280 @@ __device__ __forceinline__ float small_int_float(int c) {
   return __int_as_float(c + 0x4B400000) - 12582912.f;
 }
 
-// TILES: 8-token mma tiles (tokens 8t + g), n ≤ 8 · TILES. R: 16-row tiles
-// a warp takes. acts: n rows of act_bytes (Acts<4>), written by the kernel
-// before (plain loads: launch.h). Two blocks an SM (at most 128 registers).
-// PF: the rows' group scales and biases are loaded a round ahead with the
-// codes (TANDEM_CUDA_AFFINE_MMA_PREFETCH=1; opt-in, written without a GPU:
-// loaded with the round's activations, a round whose blocks start a new
-// group waits on their DRAM latency, not the activations' L2 one).
-template <int TILES, int R, bool PF>
+// TILES: 8-token mma tiles the kernel is built for (tokens 8t + g; the
+// acts hold `tokens` = 8 · tiles ≤ 8 · TILES rows, MmaActs). R: 16-row tiles
+// a warp takes. acts: written by the kernel before (read only after the PDL
+// wait, by cp.async: coherent, launch.h). scale_bytes: 16, 8 or 4 — the
+// bytes of a row's scales a stage copies at once (all 128 / group of them
+// when the row's scales are so aligned, else one float at a time).
+// Ring<TILES, R>::block_bytes(tokens) of dynamic shared memory.
+template <int TILES, int R>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     affine_mma_kernel(const uint32_t* __restrict__ W, const float* __restrict__ scales,
-                      const float* __restrict__ biases, int group_shift, int rows, int cols,
-                      const uint8_t* acts, int act_bytes, int n, float* y) {
-  using A = affine::Acts<4>;
-  __shared__ float partial[kWarps][TILES][32][4];
+                      const float* __restrict__ biases, int group_shift, int scale_bytes, int rows,
+                      int cols, const uint8_t* acts, int tokens, int n, float* y) {
+  using Rg = Ring<TILES, R>;
+  constexpr int S = Rg::kStages;
+  extern __shared__ __align__(16) uint8_t smem[];
   pdl_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-  const int vecs = A::vecs(cols), words = cols / 8, groups = cols >> group_shift;
-  const int per = (vecs + kWarps - 1) / kWarps;
-  const int v0 = min(warp * per, vecs), v1 = min(v0 + per, vecs);  // this warp's blocks of 32
-  // Rows past the matrix read its last row (never stored).
-  int row[R][2];
-  const uint32_t* w[R][2];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row[r][h] = min(int(blockIdx.x) * 16 * R + 16 * r + g + 8 * h, rows - 1);
-      w[r][h] = W + size_t(row[r][h]) * size_t(words) + q;  // word 4v + q of block v
-    }
-  // Word q of block v in token t's row: plane q / 2, 8 bytes at (q % 2) · 8.
-  const int act_at = (q / 2) * 16 * vecs + (q % 2) * 8;
-  const size_t meta_at = A::meta_at(cols);
+  const int vecs = cols / 32, words = cols / 8, groups = cols >> group_shift;
+  const int tiles = tokens / 8, stage_groups = (kStageVecs * 32) >> group_shift;  // 1, 2 or 4
+  // This warp's blocks of 32 columns, whole stages of them (so a stage's
+  // groups start at its first block).
+  const int per = ((vecs + kWarps - 1) / kWarps + kStageVecs - 1) / kStageVecs * kStageVecs;
+  const int v0 = min(warp * per, vecs), v1 = min(v0 + per, vecs);
+  const int stages = (v1 - v0 + kStageVecs - 1) / kStageVecs;
+  const int row0 = int(blockIdx.x) * Rg::kRows;
+  const int stage_bytes = Rg::stage_bytes(tokens), meta_at = Rg::meta_at(tokens);
+  uint8_t* ring = smem + size_t(warp) * S * size_t(stage_bytes);
+  auto slot = [&](int i) { return ring + (i % S) * stage_bytes; };
 
-  // Blocks of 32 columns a round: codes in flight, and the round's
-  // activations loaded together (more spilled registers at 128).
-  constexpr int D = (TILES > 2 ? 2 : 4) / R > 0 ? (TILES > 2 ? 2 : 4) / R : 1;
-  // What a round loads a round ahead: the codes and, with PF, the group
-  // scales and biases (without PF the round loads those itself).
-  struct Ahead {
-    uint32_t code[D][R][2];
-    float s[D][R][2], bias[D][R][2];
-  };
-  Ahead ahead{};
-  // The group scale and bias of row tile r's row h at block vd (in: vd is
-  // in the warp's share; else group 0, unused).
-  auto load_affine = [&](int vd, bool in, int r, int h, float& s_out, float& b_out) {
-    const int grp = in ? (vd * 32) >> group_shift : 0;
-    s_out = __ldg(scales + size_t(row[r][h]) * groups + grp);
-    b_out = __ldg(biases + size_t(row[r][h]) * groups + grp);
-  };
-  auto load_codes = [&](int v) {
+  // Stage i's codes, scales and biases (rows past the matrix read its last
+  // row, never stored), then its activations: each ends a commit group,
+  // empty past the last stage so the waits below count the same.
+  auto issue_weights = [&](int i) {
+    if (i >= stages) return;
+    uint8_t* st = slot(i);
+    const int vs = v0 + kStageVecs * i;
 #pragma unroll
-    for (int d = 0; d < D; ++d)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool in = v + d < v1;
-          ahead.code[d][r][h] = in ? __ldg(w[r][h] + 4 * (v + d)) : 0u;
-          if constexpr (PF) load_affine(v + d, in, r, h, ahead.s[d][r][h], ahead.bias[d][r][h]);
-        }
-  };
-  load_codes(v0);
-  pdl_wait();
-  float acc[R][TILES][4] = {};
-  for (int v = v0; v < v1; v += D) {
-    Ahead now = ahead;
-    if (v + D < v1) load_codes(v + D);
-    // Every load of the round goes out before its first mma: token 8t + g's
-    // operand and the (d, d · Σq) of tokens 8t + 2q and 8t + 2q + 1 (the C
-    // fragment's columns) of each block (zeros past n and past the share),
-    // and the rows' group scales and biases (the first version loaded them
-    // block by block, each block's mmas waiting on its own loads).
-    uint2 b[D][TILES];
-    float2 m[D][TILES][2];
-#pragma unroll
-    for (int d = 0; d < D; ++d) {
-      const int vd = v + d;
-      const bool in = vd < v1;
-#pragma unroll
-      for (int t = 0; t < TILES; ++t) {
-        const int tb = 8 * t + g;
-        b[d][t] = in && tb < n ? *reinterpret_cast<const uint2*>(acts + size_t(tb) * act_bytes +
-                                                                 act_at + size_t(vd) * 16)
-                               : make_uint2(0, 0);
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          const int tc = 8 * t + 2 * q + p;
-          m[d][t][p] =
-              in && tc < n
-                  ? reinterpret_cast<const float2*>(acts + size_t(tc) * act_bytes + meta_at)[vd]
-                  : make_float2(0.f, 0.f);
-        }
+    for (int e = lane; e < Rg::kRows * kStageVecs; e += 32) {
+      const int r = e / kStageVecs, c = e % kStageVecs;
+      const size_t row = size_t(min(row0 + r, rows - 1));
+      cp_async16(reinterpret_cast<uint16_t*>(st + Rg::code_at(r, c)),
+                 W + row * size_t(words) + size_t(vs + c) * 4, vs + c < v1);
+    }
+    const int g0 = (vs * 32) >> group_shift;
+    float* ss = reinterpret_cast<float*>(st + Rg::kScalesAt);
+    float* sb = reinterpret_cast<float*>(st + Rg::kBiasesAt);
+    if (scale_bytes == 4) {
+      for (int e = lane; e < Rg::kRows * stage_groups; e += 32) {
+        const int r = e / stage_groups, j = e % stage_groups;
+        if (g0 + j >= groups) continue;
+        const size_t at = size_t(min(row0 + r, rows - 1)) * size_t(groups) + size_t(g0 + j);
+        cp_async_small<4>(ss + r * 4 + j, scales + at);
+        cp_async_small<4>(sb + r * 4 + j, biases + at);
       }
-      if constexpr (!PF) {
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) load_affine(vd, in, r, h, now.s[d][r][h], now.bias[d][r][h]);
+    } else {
+      for (int r = lane; r < Rg::kRows; r += 32) {
+        const size_t at = size_t(min(row0 + r, rows - 1)) * size_t(groups) + size_t(g0);
+        if (scale_bytes == 16) {
+          cp_async_small<16>(ss + r * 4, scales + at);
+          cp_async_small<16>(sb + r * 4, biases + at);
+        } else {
+          cp_async_small<8>(ss + r * 4, scales + at);
+          cp_async_small<8>(sb + r * 4, biases + at);
+        }
       }
     }
+  };
+  const uint8_t* meta = acts + MmaActs::meta_at(cols, tokens);
+  auto issue_acts = [&](int i) {
+    if (!Rg::kStagedActs || i >= stages) return;
+    uint8_t* st = slot(i);
+    const int vs = v0 + kStageVecs * i, nv = min(kStageVecs, v1 - vs);
+    // The stage's blocks are one span of 32 · tokens bytes each, and of
+    // 8 · tokens bytes of (d, d · Σ q) each (16-byte chunks: tokens is a
+    // multiple of 8).
+    for (int e = lane; e < 2 * tokens * kStageVecs; e += 32)
+      cp_async16(reinterpret_cast<uint16_t*>(st + Rg::kActsAt + 16 * e),
+                 acts + size_t(vs) * size_t(tokens) * 32 + size_t(16 * e), e < 2 * tokens * nv);
+    for (int e = lane; e < tokens * kStageVecs / 2; e += 32)
+      cp_async16(reinterpret_cast<uint16_t*>(st + meta_at + 16 * e),
+                 meta + size_t(vs) * size_t(tokens) * 8 + size_t(16 * e), e < tokens * nv / 2);
+  };
 #pragma unroll
-    for (int d = 0; d < D; ++d) {
-      if (v + d >= v1) break;
+  for (int i = 0; i < S - 1; ++i) {
+    issue_weights(i);
+    cp_async_commit();
+  }
+  pdl_wait();
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) {
+    issue_acts(i);
+    cp_async_commit();
+  }
+
+  const int mat = lane / 8, mrow = lane % 8;  // ldmatrix: lane l gives row l % 8 of matrix l / 8
+  float acc[R][TILES][4] = {};
+  for (int i = 0; i < stages; ++i) {
+    issue_weights(i + S - 1);
+    issue_acts(i + S - 1);
+    cp_async_commit();
+    // Stage i's groups are complete once at most S - 1 are pending: the
+    // prologue's S - 1 weight groups and S - 1 activation groups, then one
+    // a stage.
+    cp_async_wait<S - 1>();
+    __syncwarp();
+    const uint8_t* st = slot(i);
+    const float* ss = reinterpret_cast<const float*>(st + Rg::kScalesAt);
+    const float* sb = reinterpret_cast<const float*>(st + Rg::kBiasesAt);
+    const int vs = v0 + kStageVecs * i;
+#pragma unroll
+    for (int c = 0; c < kStageVecs; c += 2) {
+      if (vs + c >= v1) break;
+      // Unstaged, the pair's activations are loaded here, all before the
+      // first mma: token 8t + g's operand, and (d, d · Σq) of tokens
+      // 8t + 2q and 8t + 2q + 1 (the C fragment's columns).
+      uint2 b_pair[2][TILES];
+      float4 m_pair[2][TILES];
+      if constexpr (!Rg::kStagedActs) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const size_t at = size_t(vs + c + k) * size_t(tokens);
+#pragma unroll
+          for (int t = 0; t < TILES; ++t) {
+            const bool live = vs + c + k < v1 && t < tiles;
+            b_pair[k][t] =
+                live ? *reinterpret_cast<const uint2*>(acts + (at + 8 * t + g) * 32 + 8 * q)
+                     : make_uint2(0, 0);
+            m_pair[k][t] = live ? *reinterpret_cast<const float4*>(meta + (at + 8 * t + 2 * q) * 8)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+        }
+      }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const uint32_t(&pair)[2] = now.code[d][r];  // rows g and g + 8
-        const uint32_t a[4] = {pair[0] & 0x0F0F0F0Fu, pair[1] & 0x0F0F0F0Fu,
-                               (pair[0] >> 4) & 0x0F0F0F0Fu, (pair[1] >> 4) & 0x0F0F0F0Fu};
+        // Matrices: rows 16r..+7 and 16r+8..+15 of block c, then of c + 1.
+        uint32_t a[4];
+        ldmatrix_x4(a, reinterpret_cast<const uint16_t*>(
+                           st + Rg::code_at(16 * r + mrow + 8 * (mat & 1), c + (mat >> 1))));
 #pragma unroll
-        for (int t = 0; t < TILES; ++t) {
-          int c[4];
-          mma_s8(c, a, b[d][t].x, b[d][t].y);
+        for (int k = 0; k < 2; ++k) {
+          // Past the share: the slot's scales may never have been written.
+          if (vs + c + k >= v1) break;
+          const int j = ((c + k) * 32) >> group_shift;  // the block's group in the stage
+          float s[2], bias[2];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float2 mt = m[d][t][i % 2];
-            const int h = i / 2;
-            acc[r][t][i] = fmaf(small_int_float(c[i]), now.s[d][r][h] * mt.x,
-                                fmaf(now.bias[d][r][h], mt.y, acc[r][t][i]));
+          for (int h = 0; h < 2; ++h) {
+            s[h] = ss[(16 * r + g + 8 * h) * 4 + j];
+            bias[h] = sb[(16 * r + g + 8 * h) * 4 + j];
+          }
+          const uint32_t lo = a[2 * k], hi = a[2 * k + 1];  // rows g and g + 8
+          const uint8_t* blk = st + Rg::kActsAt + (c + k) * tokens * 32;
+          const uint8_t* blk_meta = st + meta_at + (c + k) * tokens * 8;
+#pragma unroll
+          for (int t = 0; t < TILES; ++t) {
+            if (t >= tiles) break;
+            uint2 b;
+            float4 mt;
+            if constexpr (Rg::kStagedActs) {  // the same operands, from the stage
+              b = *reinterpret_cast<const uint2*>(blk + (8 * t + g) * 32 + 8 * q);
+              mt = *reinterpret_cast<const float4*>(blk_meta + (8 * t + 2 * q) * 8);
+            } else {
+              b = b_pair[k][t];
+              mt = m_pair[k][t];
+            }
+            int cc[4];
+            mma_s8(cc, lo & 0x0F0F0F0Fu, hi & 0x0F0F0F0Fu, (lo >> 4) & 0x0F0F0F0Fu,
+                   (hi >> 4) & 0x0F0F0F0Fu, b.x, b.y);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e / 2;
+              const float d = e % 2 ? mt.z : mt.x, dq = e % 2 ? mt.w : mt.y;
+              acc[r][t][e] =
+                  fmaf(small_int_float(cc[e]), s[h] * d, fmaf(bias[h], dq, acc[r][t][e]));
+            }
           }
         }
       }
     }
+    __syncwarp();  // the slot is read before a later issue refills it
   }
-  // One row tile at a time (all R at once would pass 48 KB of shared
-  // memory). Element e: token tile, lane and C slot; c0, c1 are row g at
-  // tokens 2q, 2q + 1, c2, c3 row g + 8.
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its ring: the partial sums take it over
+  // One row tile at a time. Element e: token tile, lane and C slot; c0, c1
+  // are row g at tokens 2q, 2q + 1, c2, c3 row g + 8.
+  float(*partial)[TILES][32][4] = reinterpret_cast<float(*)[TILES][32][4]>(smem);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (r > 0) __syncthreads();  // the previous tile's sums are read
 #pragma unroll
     for (int t = 0; t < TILES; ++t)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) partial[warp][t][lane][i] = acc[r][t][i];
+      for (int e = 0; e < 4; ++e) partial[warp][t][lane][e] = acc[r][t][e];
     __syncthreads();
     for (int e = int(threadIdx.x); e < TILES * 128; e += kWarps * 32) {
       const int t = e / 128, l = (e / 4) % 32, i = e % 4;
       float sum = 0.f;
 #pragma unroll
       for (int k = 0; k < kWarps; ++k) sum += partial[k][t][l][i];
-      const int out_row = int(blockIdx.x) * 16 * R + 16 * r + l / 4 + 8 * (i / 2),
-                token = 8 * t + 2 * (l % 4) + i % 2;
+      const int out_row = row0 + 16 * r + l / 4 + 8 * (i / 2), token = 8 * t + 2 * (l % 4) + i % 2;
       if (out_row < rows && token < n) y[size_t(token) * size_t(rows) + size_t(out_row)] = sum;
     }
   }
 }
 
+// The most rows (16-row tiles) a warp of TILES-tile blocks takes over `w`
+// while the grid still gives every SM a block and the ring of `tokens`
+// fits the device's shared memory: up to 2, or up to
+// TANDEM_CUDA_AFFINE_MMA_ROW_TILES (1, 2 or 4, for measuring: more tiles a
+// warp share its activation loads, fewer give the SMs more blocks; at 16
+// tokens 4 took 139 KB a block and lost 7-11% on the H100; 17-32 tokens
+// take at most 2: 4 spilled 584 bytes a thread). 0: not even one fits.
 template <int TILES>
-void launch_tiles(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, int64_t n, float* y,
-                  cudaStream_t stream) {
-  // The most rows a warp takes while the grid still gives every SM a block:
-  // 16-row tiles up to 4, 2 at 32 tokens (4 took 250 registers), and at
-  // most TANDEM_CUDA_AFFINE_MMA_ROW_TILES (1, 2 or 4; for measuring: more
-  // tiles a warp share its activation loads, fewer give each block's warps
-  // more blocks of columns in flight).
-  static const int64_t cap = env_count("TANDEM_CUDA_AFFINE_MMA_ROW_TILES", 4);
+int row_tiles(const AffineMatrix& w, int tokens) {
+  static const int64_t asked = env_count("TANDEM_CUDA_AFFINE_MMA_ROW_TILES", 0);
+  const int64_t cap = asked > 0 ? asked : 2;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t sms = std::max(1, launch_limits(device).multiprocessors);
+  const LaunchLimits limits = launch_limits(device);
+  const int64_t sms = std::max(1, limits.multiprocessors);
+  auto fits = [&](int bytes) {
+    return size_t(bytes) <= std::max<size_t>(limits.smem_optin, 48 << 10);
+  };
   auto blocks = [&](int r) { return (w.rows + 16 * r - 1) / (16 * r); };
-  const int most = int(std::min<int64_t>(TILES > 2 ? 2 : 4, std::max<int64_t>(cap, 1)));
-  const int r = most >= 4 && blocks(4) >= sms ? 4 : most >= 2 && blocks(2) >= sms ? 2 : 1;
+  if constexpr (TILES <= 2) {
+    if (cap >= 4 && blocks(4) >= sms && fits(Ring<TILES, 4>::block_bytes(tokens))) return 4;
+  }
+  if (cap >= 2 && blocks(2) >= sms && fits(Ring<TILES, 2>::block_bytes(tokens))) return 2;
+  return fits(Ring<TILES, 1>::block_bytes(tokens)) ? 1 : 0;
+}
+
+template <int TILES>
+void launch_tiles(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* y,
+                  cudaStream_t stream) {
+  const int tokens = MmaActs::tokens(int(n)), r = row_tiles<TILES>(w, tokens);
+  if (r == 0)
+    fail("gemm_affine_int8: %lld tokens do not fit this device's shared memory", (long long)n);
   const int shift = affine::log2_exact(w.group);
-  // Read at each launch (decode steps are captured once), so tests take both.
-  const bool prefetch = env_is("TANDEM_CUDA_AFFINE_MMA_PREFETCH", "1");
-  auto go = [&](auto kernel, int rr) {
-    launch(kernel, unsigned(blocks(rr)), kWarps * 32, 0, stream, w.data, w.scales, w.biases, shift,
-           int(w.rows), int(w.cols), acts, int(act_bytes), int(n), y);
+  // A row's scales of a stage (128 columns) in one copy when every row's
+  // start is aligned to it: 128 / group floats, rows cols / group apart.
+  const int stage_groups = 128 / int(w.group);
+  const bool aligned = (w.cols / w.group) % stage_groups == 0 &&
+                       reinterpret_cast<uintptr_t>(w.scales) % (4 * stage_groups) == 0 &&
+                       reinterpret_cast<uintptr_t>(w.biases) % (4 * stage_groups) == 0;
+  const int scale_bytes = aligned ? 4 * stage_groups : 4;
+  auto go = [&](auto kernel, int rr, int bytes) {
+    if (bytes > 48 * 1024) allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
+    launch(kernel, unsigned((w.rows + 16 * rr - 1) / (16 * rr)), kWarps * 32, size_t(bytes), stream,
+           w.data, w.scales, w.biases, shift, scale_bytes, int(w.rows), int(w.cols), acts, tokens,
+           int(n), y);
   };
-  auto go_r = [&](auto pf) {
-    constexpr bool PF = decltype(pf)::value;
-    if constexpr (TILES <= 2) {
-      if (r == 4) return go(affine_mma_kernel<TILES, 4, PF>, 4);
-    }
-    if (r == 2)
-      go(affine_mma_kernel<TILES, 2, PF>, 2);
-    else
-      go(affine_mma_kernel<TILES, 1, PF>, 1);
-  };
-  if (prefetch)
-    go_r(std::true_type{});
+  if constexpr (TILES <= 2) {
+    if (r == 4) return go(affine_mma_kernel<TILES, 4>, 4, Ring<TILES, 4>::block_bytes(tokens));
+  }
+  if (r == 2)
+    go(affine_mma_kernel<TILES, 2>, 2, Ring<TILES, 2>::block_bytes(tokens));
   else
-    go_r(std::false_type{});
+    go(affine_mma_kernel<TILES, 1>, 1, Ring<TILES, 1>::block_bytes(tokens));
 }
 
 }  // namespace
 
 bool affine_mma_takes(const AffineMatrix& w, int64_t n) {
-  return w.bits == 4 && n >= 1 && n <= kAffineMmaMaxTokens && w.rows <= INT32_MAX &&
-         w.cols <= INT32_MAX;
+  if (w.bits != 4 || n < 1 || n > kAffineMmaMaxTokens || w.rows > INT32_MAX || w.cols > INT32_MAX)
+    return false;
+  const int tokens = MmaActs::tokens(int(n));
+  return (n <= 16 ? row_tiles<2>(w, tokens) : row_tiles<4>(w, tokens)) > 0;
 }
 
-void launch_affine_mma(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, int64_t n,
-                       float* y, cudaStream_t stream) {
+void launch_affine_mma(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* y,
+                       cudaStream_t stream) {
   if (n <= 16)
-    launch_tiles<2>(w, acts, act_bytes, n, y, stream);
+    launch_tiles<2>(w, acts, n, y, stream);
   else
-    launch_tiles<4>(w, acts, act_bytes, n, y, stream);
+    launch_tiles<4>(w, acts, n, y, stream);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -46,21 +46,21 @@ constexpr int kQuantizeThreads = 512;
 // the norm weight, loaded before the PDL wait (up to 4,096 columns).
 constexpr int kCachedX = 6, kCachedW = 2;
 
-// Quantizes row blockIdx.x of x ([n, cols]) into `out` (rows row_bytes
-// apart). With `normalize`, the row is first rmsnorm(x) · norm_weight (null:
-// no weight) as the CPU's rmsnorm computes it: x · inv · w, inv = 1 /
-// sqrt(Σx² / cols + eps). kQuantizeThreads threads; thread i takes float4s
-// i, i + kQuantizeThreads, ..., so 8 neighbours hold a block of 32 values.
-// This kernel sits on the decode chain between each GEMV's producer and the
-// GEMV (whose blocks wait in pdl_wait with their first weights loaded):
-// every load it can issue early, it does (the norm weight before the PDL
-// wait; x once, kept in registers). x, written by the kernel before, is
-// read with plain loads, never __ldg (see gemv_affine_kernel).
+// Quantizes row blockIdx.x of x ([n, cols]) into `out`: Acts<BITS> rows
+// row_bytes apart, or with mma_tokens (4 bits) the MmaActs layout of that
+// many tokens (blocks n .. mma_tokens - 1 write the pad rows' zeros). With `normalize`, the row is
+// first rmsnorm(x) · norm_weight (null: no weight) as the CPU's rmsnorm computes it: x · inv · w,
+// inv = 1 / sqrt(Σx² / cols + eps). kQuantizeThreads threads; thread i takes float4s i, i +
+// kQuantizeThreads, ..., so 8 neighbours hold a block of 32 values. This kernel sits on the decode
+// chain between each GEMV's producer and the GEMV (whose blocks wait in pdl_wait with their first
+// weights loaded): every load it can issue early, it does (the norm weight before the PDL wait; x
+// once, kept in registers). x, written by the kernel before, is read with plain loads, never __ldg
+// (see gemv_affine_kernel).
 template <int BITS>
 __global__ void __launch_bounds__(kQuantizeThreads)
-    quantize_acts_kernel(const float* x, int cols, bool normalize,
+    quantize_acts_kernel(const float* x, int n, int cols, bool normalize,
                          const float* __restrict__ norm_weight, float eps,
-                         uint8_t* __restrict__ out, size_t row_bytes) {
+                         uint8_t* __restrict__ out, size_t row_bytes, int mma_tokens) {
   using A = Acts<BITS>;
   constexpr int NT = kQuantizeThreads;
   __shared__ float partial[NT / 32];
@@ -74,9 +74,11 @@ __global__ void __launch_bounds__(kQuantizeThreads)
 #pragma unroll
   for (int k = 0; k < kCachedW; ++k) g[k] = weight(tid + NT * k);
   pdl_wait();
-  const float4* xr = reinterpret_cast<const float4*>(x + size_t(blockIdx.x) * size_t(cols));
-  uint8_t* row = out + size_t(blockIdx.x) * row_bytes;
-  auto value = [&](int f) { return f < quads ? xr[f] : make_float4(0.f, 0.f, 0.f, 0.f); };
+  const int token = int(blockIdx.x);
+  const bool real = token < n;  // else a pad row of zeros
+  const float4* xr = reinterpret_cast<const float4*>(x + size_t(token) * size_t(cols));
+  uint8_t* row = out + size_t(token) * row_bytes;
+  auto value = [&](int f) { return real && f < quads ? xr[f] : make_float4(0.f, 0.f, 0.f, 0.f); };
   float4 xs[kCachedX];
 #pragma unroll
   for (int k = 0; k < kCachedX; ++k) xs[k] = value(tid + NT * k);
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(kQuantizeThreads)
     for (int k = 0; k < kCachedX; ++k)
       ss += xs[k].x * xs[k].x + xs[k].y * xs[k].y + xs[k].z * xs[k].z + xs[k].w * xs[k].w;
     for (int f = tid + NT * kCachedX; f < quads; f += NT) {
-      const float4 a = xr[f];
+      const float4 a = value(f);
       ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     }
     ss = warp_sum(ss);
@@ -100,6 +102,7 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   }
   const int vecs = A::vecs(cols), j = tid % 8;
   float2* meta = reinterpret_cast<float2*>(row + A::meta_at(cols));
+  float2* mma_meta = reinterpret_cast<float2*>(out + affine::MmaActs::meta_at(cols, mma_tokens));
   // Warp-uniform trip count (the shuffles need every lane): while the
   // warp's first float4 is in the row; groups past it quantize zeros.
   for (int k = 0; 32 * warp + NT * k < quads; ++k) {
@@ -127,11 +130,13 @@ __global__ void __launch_bounds__(kQuantizeThreads)
       // 4 (j % 2) + 0..3 — the evens (+0, +2) to its even bytes 2 (j % 2)
       // and + 1, the odds (+1, +3) likewise.
       const int word = j / 2, vec = blk;
-      uint8_t* base = row + size_t(word / 2) * 16 * size_t(vecs) + size_t(vec) * 16 +
-                      size_t(word % 2) * 8 + 2 * (j % 2);
+      const size_t slot = size_t(vec) * size_t(mma_tokens) + size_t(token);  // MmaActs
+      uint8_t* base = mma_tokens ? out + slot * 32 + size_t(word) * 8 + 2 * (j % 2)
+                                 : row + size_t(word / 2) * 16 * size_t(vecs) + size_t(vec) * 16 +
+                                       size_t(word % 2) * 8 + 2 * (j % 2);
       *reinterpret_cast<uint16_t*>(base) = uint16_t(byte(q0) | byte(q2) << 8);
       *reinterpret_cast<uint16_t*>(base + 4) = uint16_t(byte(q1) | byte(q3) << 8);
-      if (j == 0) meta[vec] = make_float2(d, float(sum) * d);
+      if (j == 0) (mma_tokens ? mma_meta[slot] : meta[vec]) = make_float2(d, float(sum) * d);
     } else {
       const int vec = 2 * blk + j / 4;
       *reinterpret_cast<uint32_t*>(row + size_t(vec) * 16 + 4 * (j % 4)) =
@@ -289,8 +294,8 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   const bool gated = f.gate != GemvGate::None;
   GemvFusion plain = f;  // the norm goes into the quantized activations
   plain.normalize = false;
-  launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(w.cols),
-         f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb);
+  launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(n),
+         int(w.cols), f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb, 0);
   const int64_t outputs = gated ? w.rows / 2 : w.rows;
   for_batch_runs(n, [&](auto run, int64_t t0) {
     constexpr int N = decltype(run)::value;
@@ -302,12 +307,11 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   });
 }
 
-// The quantized rows' scratch of a call: `scratch` when given (checked:
-// enough bytes, 16-byte aligned), else `own`, allocated for this call (not
-// inside a graph capture). `what` names the caller in errors.
-uint8_t* act_scratch(int bits, int64_t n, int64_t cols, void* scratch, size_t scratch_bytes,
+// The quantized rows' scratch of a call, `need` bytes: `scratch` when given
+// (checked: enough bytes, 16-byte aligned), else `own`, allocated for this
+// call (not inside a graph capture). `what` names the caller in errors.
+uint8_t* act_scratch(size_t need, int64_t n, int64_t cols, void* scratch, size_t scratch_bytes,
                      DeviceBuffer& own, const char* what) {
-  const size_t need = gemv_affine_scratch_bytes(bits, n, cols);
   if (!scratch) {
     own = DeviceBuffer(need);
     scratch = own.get();
@@ -331,7 +335,10 @@ void check_shape(const AffineMatrix& w, const float* x, const char* what) {
 }  // namespace
 
 size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols) {
-  return size_t(n) * act_row_bytes(bits, cols);
+  const size_t rows = size_t(n) * act_row_bytes(bits, cols);
+  if (bits != 4) return rows;
+  const int tokens = affine::MmaActs::tokens(int(std::min<int64_t>(n, kAffineMmaMaxTokens)));
+  return std::max(rows, affine::MmaActs::bytes(int(cols), tokens));  // gemm_affine_int8's layout
 }
 
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated) {
@@ -351,7 +358,8 @@ void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cud
   if (fusion.normalize && reinterpret_cast<uintptr_t>(fusion.norm_weight) % 16 != 0)
     fail("gemv_affine: the norm weight is not 16-byte aligned");
   DeviceBuffer own;
-  uint8_t* acts = act_scratch(w.bits, n, w.cols, scratch, scratch_bytes, own, "gemv_affine");
+  uint8_t* acts = act_scratch(size_t(n) * act_row_bytes(w.bits, w.cols), n, w.cols, scratch,
+                              scratch_bytes, own, "gemv_affine");
   if (w.bits == 4)
     gemv_bits<4>(w, x, n, y, fusion, acts, stream);
   else
@@ -366,11 +374,12 @@ void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y
     fail("gemm_affine_int8: %d-bit weights over %lld tokens (4 bits, 1 to %d tokens)", w.bits,
          (long long)n, kAffineMmaMaxTokens);
   DeviceBuffer own;
-  uint8_t* acts = act_scratch(4, n, w.cols, scratch, scratch_bytes, own, "gemm_affine_int8");
-  const size_t rb = Acts<4>::row_bytes(int(w.cols));
-  launch(quantize_acts_kernel<4>, unsigned(n), kQuantizeThreads, 0, stream, x, int(w.cols), false,
-         static_cast<const float*>(nullptr), 0.f, acts, rb);
-  launch_affine_mma(w, acts, rb, n, y, stream);
+  const int tokens = affine::MmaActs::tokens(int(n));
+  uint8_t* acts = act_scratch(affine::MmaActs::bytes(int(w.cols), tokens), n, w.cols, scratch,
+                              scratch_bytes, own, "gemm_affine_int8");
+  launch(quantize_acts_kernel<4>, unsigned(tokens), kQuantizeThreads, 0, stream, x, int(n),
+         int(w.cols), false, static_cast<const float*>(nullptr), 0.f, acts, size_t(0), tokens);
+  launch_affine_mma(w, acts, n, y, stream);
 }
 
 }  // namespace tandem::cuda

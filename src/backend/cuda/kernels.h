@@ -422,7 +422,8 @@ struct AffineMatrix {
 // int8 in blocks of 32 values, so y differs from the f32 product with the
 // dequantized weights by that rounding; the integer products run on dp4a.
 // `scratch` holds the quantized rows: gemv_affine_scratch_bytes(w.bits, n,
-// w.cols) bytes, 16-byte aligned (null: the call allocates its own, which
+// w.cols) bytes (enough for gemm_affine_int8's layout of n tokens too),
+// 16-byte aligned (null: the call allocates its own, which
 // must not happen inside a graph capture).
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                  const GemvFusion& fusion = {}, void* scratch = nullptr, size_t scratch_bytes = 0);
@@ -433,7 +434,8 @@ size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
 // of up to 32 tokens (the decoder: 5-32) without bf16 tiles of the
 // weights. scratch as gemv_affine's.
 constexpr int kAffineMmaMaxTokens = 32;
-bool affine_mma_takes(const AffineMatrix& w, int64_t n);  // 4 bits, 1 to 32 tokens
+// 4 bits, 1 to 32 tokens, and the kernel's shared memory fits the device.
+bool affine_mma_takes(const AffineMatrix& w, int64_t n);
 void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y,
                       cudaStream_t stream, void* scratch = nullptr, size_t scratch_bytes = 0);
 // gemv_bf16_split's counterpart over 16-byte vectors of packed codes (at

@@ -92,6 +92,15 @@ __device__ __forceinline__ void cp_async16(uint16_t* dst, const void* src, bool 
                "r"(valid ? 16 : 0));
 #endif
 }
+// BYTES (4, 8 or 16; src and dst aligned to it) global -> shared through
+// L1 (cp.async.ca: the sizes below 16 bytes).
+template <int BYTES>
+__device__ __forceinline__ void cp_async_small(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "n"(BYTES));
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);
