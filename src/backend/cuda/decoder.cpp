@@ -177,28 +177,33 @@ int64_t decode_warp_keys(int64_t tile_keys) {
 // with 32, 922 with 64; qwen3-1.7b 544 / 575).
 constexpr int64_t kOneWarpMaxSplits = 32;
 
-// The chunked decode kernel (PagedAttention::chunked) on layers of head
-// dim TANDEM_DECODE_CHUNKED_MIN_DIM (default 128) or more whose step has at
-// most TANDEM_DECODE_CHUNKED_UNITS (token, kv head) units (default 16; 0:
-// never), each split keeping at least TANDEM_DECODE_CHUNKED_SPLIT_KEYS keys
-// (default one chunk), up to a block per SM and kChunkedMaxSplits; below
-// head dim 256 only while one chunk a split covers the keys (else the
-// key-warp blocks). Measured on the H200 against the key-warp blocks (tok/s,
-// bench_cuda_decode, session 14 runs 2-4): at head dim 256, gemma-3-1b
-// batch 1 881 -> 949 (context 128) and 857 -> 926 (4,096), gemma-4-e2b 424
-// -> 457 and 413 -> 442, at 2 and 8 sequences +4-6%; at dim 128 with
-// several chunks a split, qwen3-1.7b 665 -> 616 at 4,096 and ministral-3-3b
-// 401 -> 387; with one (session 15 run 3, qkv post unfused), qwen3 739 ->
-// 749 at context 128 and 717 -> 743 at 1,024, ministral 437 -> 442 and 422
-// -> 437, at 4,096 and 8 sequences within 1% (the key-warp blocks there);
-// at dim 64, llama-3.2-1b 1,213 -> 983 at 128 — hence the 128 floor.
+// The chunked decode kernel (PagedAttention::chunked) on layers of head dim
+// TANDEM_DECODE_CHUNKED_MIN_DIM (default 128) or more whose step has at most
+// TANDEM_DECODE_CHUNKED_UNITS (token, kv head) units (default 16, and 64 at
+// head dim 256 and up; 0: never), each split keeping at least
+// TANDEM_DECODE_CHUNKED_SPLIT_KEYS keys (default one chunk), up to a block per
+// SM and kChunkedMaxSplits; below head dim 256 only while one chunk a split
+// covers the keys (else the key-warp blocks). Measured on the H200 against the
+// key-warp blocks (tok/s, bench_cuda_decode, session 14 runs 2-4): at head dim
+// 256, gemma-3-1b batch 1 881 -> 949 (context 128) and 857 -> 926 (4,096),
+// gemma-4-e2b 424 -> 457 and 413 -> 442, at 2 and 8 sequences +4-6%; at dim
+// 128 with several chunks a split, qwen3-1.7b 665 -> 616 at 4,096 and
+// ministral-3-3b 401 -> 387; with one (session 15 run 3, qkv post unfused),
+// qwen3 739 -> 749 at context 128 and 717 -> 743 at 1,024, ministral 437 ->
+// 442 and 422 -> 437, at 4,096 and 8 sequences within 1% (the key-warp blocks
+// there); at dim 64, llama-3.2-1b 1,213 -> 983 at 128 — hence the 128 floor.
 int64_t decode_chunked_min_dim() {
   static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_MIN_DIM", 128);
   return n;
 }
-int64_t decode_chunked_units() {
-  static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_UNITS", 16);
-  return n;
+// Gemma's one kv head makes few units: at 32 sequences the key-warp blocks
+// (3 splits of 8 warps a unit, 96 blocks) left SMs idle; measured on the
+// H100 (session 23, context 1,024, tok/s) with the limit at 128: gemma-3-1b
+// 32 sequences 14,600 -> 15,566, 64 26,218 -> 27,021, gemma-4-e2b 64 12,097
+// -> 12,348 (16 sequences already chunked). 128 units are not measured.
+int64_t decode_chunked_units(int64_t head_dim) {
+  static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_UNITS", -1);
+  return n >= 0 ? n : head_dim >= 256 ? 64 : 16;
 }
 int64_t decode_chunked_split_keys() {
   static const int64_t n = std::max<int64_t>(
@@ -843,7 +848,7 @@ struct Decoder::Impl {
       const int64_t units = tokens * ls.kv_heads;
       const int64_t most = std::clamp<int64_t>(multiprocessors / units, 1, kChunkedMaxSplits);
       const int64_t want = (keys + decode_chunked_split_keys() - 1) / decode_chunked_split_keys();
-      p.chunked = chunked && units <= decode_chunked_units() && (Dh >= 256 || want <= most);
+      p.chunked = chunked && units <= decode_chunked_units(Dh) && (Dh >= 256 || want <= most);
       if (p.chunked) {
         p.key_warps = 1;
         p.splits = int(std::clamp<int64_t>(want, 1, most));
