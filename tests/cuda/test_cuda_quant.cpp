@@ -221,7 +221,7 @@ TEST(CudaQuant, GemvSplitsTheWordsOfShortMatrices) {
 // float at a time and a last stage of 2 blocks (832 columns: 26 blocks),
 // 4,096 columns (four stages a warp: its ring refilled), and each row
 // tiling it picks (16 rows a warp at 37 rows; 32 and 64 where the rows
-// give every SM a block of them).
+// give every SM a block of them); and past 32 tokens the prefill kernel.
 TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
@@ -239,6 +239,13 @@ TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
         if (cols % group == 0) cases.push_back({37, cols, group, n});
   // Four stages a warp: around each ring of stages once or twice.
   for (int64_t n : {5, 16, 32}) cases.push_back({37, 4096, 64, n});
+  // The prefill kernel (past 32 tokens): one 64-token tile and several,
+  // partial ones, rows past a 64-row block, each scale copy, a last stage
+  // of 2 blocks, and a ring gone around more than once (4,096 columns).
+  for (int64_t n : {33, 64, 150})
+    for (int group : {32, 64, 128}) cases.push_back({70, 1152, group, n});
+  cases.push_back({37, 832, 32, 100});
+  cases.push_back({130, 4096, 64, 65});
   for (int64_t rows : {int64_t(32) * sms + 5, int64_t(64) * sms + 3})
     for (int64_t n : {9, 16, 32}) cases.push_back({rows, 384, 64, n});
   for (const Case& k : cases) {
@@ -273,6 +280,44 @@ TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
                       << at / size_t(rows) << ", " << at % size_t(rows) << "] gpu " << got[at]
                       << " ref " << ref[at];
     EXPECT_EQ(bad, 0) << rows << " x " << cols << " group " << k.group << " n " << n;
+  }
+}
+
+// Prefill steps of 4-bit packed weights on the int8 prefill GEMM
+// (TANDEM_CUDA_AFFINE_MMA_PREFILL=1: 40 tokens, past the decode GEMM's 32)
+// against the CPU decoder with the same int8 activations, within the GEMV
+// steps' tolerance.
+TEST(CudaQuant, Int8PrefillGemmMatchesTheCpuDecoder) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(int32_t((37 * i + 11) % 250));
+  const int64_t n = int64_t(ids.size());
+  const ScopedEnv packed("TANDEM_CUDA_PACKED_QUANT", "1");
+  const ScopedEnv prefill("TANDEM_CUDA_AFFINE_MMA_PREFILL", "1");
+  for (const char* name : {"llama-f32", "gemma4_text-f32"}) {
+    LoadOptions o;
+    o.quantize_bits = 4;
+    o.quantize_group_size = 32;
+    auto model = load_model(fixture(name), o);
+    const int64_t V = model->spec.vocab;
+    std::vector<float> want(size_t(n * V)), got(size_t(n * V));
+    {
+      ThreadPool pool(2);
+      KvPool kv = single_sequence_pool(model->spec, n, Decoder::kDefaultStepTokens);
+      Decoder ref(*model, pool, kv);
+      SequenceKv s;
+      run_sequence(ref, ids.data(), n, s, want.data(), true);
+    }
+    KvPool kv = single_sequence_pool(model->spec, n, 256, /*host_storage=*/false);
+    cuda::Decoder gpu(*model, kv, 256, 0, cuda::GemmInputs::HiLo);
+    SequenceKv s;
+    run_sequence(gpu, ids.data(), n, s, got.data(), true);
+    const double err = relative_error(got, want);
+    const bool gemma4 = std::string(name).rfind("gemma4", 0) == 0;
+    EXPECT_LE(err, gemma4 ? 0.3 : 1e-4) << name << ": 40-token prefill on the int8 GEMM";
+    std::printf("[cuda quant] %-16s 4-bit g32 prefill of 40 on the int8 GEMM: %.2e x std\n", name,
+                err);
   }
 }
 

@@ -286,6 +286,10 @@ struct Decoder::Impl {
   // llama-3.2-1b q4 at 16 / 32 sequences 3,599 -> 8,351 / 6,999 -> 11,748
   // tok/s, gemma-4-e2b 1,731 -> 3,537 / 2,725 -> 5,204; every shape 1.5-2.3x.
   const bool affine_mma = !env_is("TANDEM_CUDA_AFFINE_MMA", "0");
+  // Longer steps (prefill) over them on the int8 prefill GEMM with
+  // TANDEM_CUDA_AFFINE_MMA_PREFILL=1 (written without a GPU, not yet
+  // measured; else bf16 tiles).
+  const bool affine_mma_prefill = affine_mma && env_is("TANDEM_CUDA_AFFINE_MMA_PREFILL", "1");
   // Other steps past the GEMV over packed affine matrices dequantize them
   // to bf16 in tiles of at most this many weights (TANDEM_CUDA_DEQUANT_TILE_WEIGHTS;
   // default and most: the tile buffer's 32M), each tile then read by the
@@ -521,7 +525,8 @@ struct Decoder::Impl {
     }
     if (fusion.normalize || fusion.accumulate || fusion.gate != GemvGate::None || fusion.times)
       fail("CUDA decoder: %s of %lld tokens is not a GEMV and cannot fuse", op, (long long)n);
-    if (w.affine && affine_mma && affine_mma_takes(w.view(), n)) {
+    if (w.affine && affine_mma && (n <= kAffineMmaMaxTokens || affine_mma_prefill) &&
+        affine_mma_takes(w.view(), n)) {
       gemm_affine_int8(w.view(), xin, n, y, stream, xb.get(), xb.bytes());
     } else if (w.affine) {
       // Prefill: tiles of rows dequantized to bf16 hi + lo parts (a bf16

@@ -41,6 +41,7 @@
 #include <cstdint>
 
 #include "backend/cuda/affine_codes.h"
+#include "backend/cuda/affine_stage.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/mma.h"
@@ -50,27 +51,24 @@ namespace tandem::cuda {
 
 namespace {
 
+using affine::kStageVecs;
 using affine::MmaActs;
 
 constexpr int kWarps = 8;
-constexpr int kStageVecs = 4;  // blocks of 32 columns a stage: 64 bytes of a row's codes
 
 // A warp's ring of stages for R row tiles and `tokens` activation rows
-// (MmaActs). A stage: the codes of 16 · R rows (64 bytes a row, its 16-byte
-// blocks swizzled so ldmatrix's 8 rows fall on distinct banks), their
-// scales and biases of the stage's 1-4 groups (4 floats a row each), and up
-// to 16 tokens (kStagedActs) the activations of its 4 blocks (32 bytes a
-// token a block) and their (d, d · Σ q). At 17-32 tokens those would take
-// the ring to 128 KB a block, one block an SM: measured on the H100 at 32
-// sequences, 5-13% slower than loading them from global memory a k-step
-// pair at a time (llama-3.2-1b q4 15,441 → 14,694 tok/s), where at 16 the
-// ring gains 4-10%.
+// (MmaActs). A stage: the 16 · R rows' StageWeights and, up to 16 tokens
+// (kStagedActs), the activations of its 4 blocks (32 bytes a token a block)
+// and their (d, d · Σ q). At 17-32 tokens those would take the ring to 128
+// KB a block, one block an SM: measured on the H100 at 32 sequences, 5-13%
+// slower than loading them from global memory a k-step pair at a time
+// (llama-3.2-1b q4 15,441 → 14,694 tok/s), where at 16 the ring gains 4-10%.
 template <int TILES, int R>
 struct Ring {
+  using Weights = affine::StageWeights<16 * R>;
   static constexpr bool kStagedActs = TILES <= 2;
-  static constexpr int kRows = 16 * R;
   static constexpr int kStages = R == 1 ? (kStagedActs ? 3 : 4) : 2;
-  static constexpr int kScalesAt = kRows * 64, kBiasesAt = kRows * 80, kActsAt = kRows * 96;
+  static constexpr int kActsAt = Weights::kBytes;
   __host__ __device__ static int meta_at(int tokens) { return kActsAt + 128 * tokens; }
   __host__ __device__ static int stage_bytes(int tokens) {
     return kStagedActs ? meta_at(tokens) + 32 * tokens : kActsAt;
@@ -78,26 +76,7 @@ struct Ring {
   __host__ __device__ static int block_bytes(int tokens) {
     return kWarps * kStages * stage_bytes(tokens);
   }
-  // The byte of row r's block c of codes in a stage.
-  __device__ static int code_at(int r, int c) { return r * 64 + ((c ^ ((r >> 1) & 3)) << 4); }
 };
-
-__device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                       uint32_t a3, uint32_t b0, uint32_t b1) {
-  c[0] = c[1] = c[2] = c[3] = 0;
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// An integer sum as a float without the quarter-rate conversion: |c| <
-// 2^22 (32 products of at most 15 · 127 are), added under the exponent of
-// 1.5 · 2^23.
-__device__ __forceinline__ float small_int_float(int c) {
-  return __int_as_float(c + 0x4B400000) - 12582912.f;
-}
 
 // TILES: 8-token mma tiles the kernel is built for (tokens 8t + g; the
 // acts hold `tokens` = 8 · tiles ≤ 8 · TILES rows, MmaActs). R: 16-row tiles
@@ -116,14 +95,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-  const int vecs = cols / 32, words = cols / 8, groups = cols >> group_shift;
-  const int tiles = tokens / 8, stage_groups = (kStageVecs * 32) >> group_shift;  // 1, 2 or 4
+  const int vecs = cols / 32, tiles = tokens / 8;
   // This warp's blocks of 32 columns, whole stages of them (so a stage's
   // groups start at its first block).
   const int per = ((vecs + kWarps - 1) / kWarps + kStageVecs - 1) / kStageVecs * kStageVecs;
   const int v0 = min(warp * per, vecs), v1 = min(v0 + per, vecs);
   const int stages = (v1 - v0 + kStageVecs - 1) / kStageVecs;
-  const int row0 = int(blockIdx.x) * Rg::kRows;
+  const int row0 = int(blockIdx.x) * 16 * R;
   const int stage_bytes = Rg::stage_bytes(tokens), meta_at = Rg::meta_at(tokens);
   uint8_t* ring = smem + size_t(warp) * S * size_t(stage_bytes);
   auto slot = [&](int i) { return ring + (i % S) * stage_bytes; };
@@ -132,39 +110,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // row, never stored), then its activations: each ends a commit group,
   // empty past the last stage so the waits below count the same.
   auto issue_weights = [&](int i) {
-    if (i >= stages) return;
-    uint8_t* st = slot(i);
-    const int vs = v0 + kStageVecs * i;
-#pragma unroll
-    for (int e = lane; e < Rg::kRows * kStageVecs; e += 32) {
-      const int r = e / kStageVecs, c = e % kStageVecs;
-      const size_t row = size_t(min(row0 + r, rows - 1));
-      cp_async16(reinterpret_cast<uint16_t*>(st + Rg::code_at(r, c)),
-                 W + row * size_t(words) + size_t(vs + c) * 4, vs + c < v1);
-    }
-    const int g0 = (vs * 32) >> group_shift;
-    float* ss = reinterpret_cast<float*>(st + Rg::kScalesAt);
-    float* sb = reinterpret_cast<float*>(st + Rg::kBiasesAt);
-    if (scale_bytes == 4) {
-      for (int e = lane; e < Rg::kRows * stage_groups; e += 32) {
-        const int r = e / stage_groups, j = e % stage_groups;
-        if (g0 + j >= groups) continue;
-        const size_t at = size_t(min(row0 + r, rows - 1)) * size_t(groups) + size_t(g0 + j);
-        cp_async_small<4>(ss + r * 4 + j, scales + at);
-        cp_async_small<4>(sb + r * 4 + j, biases + at);
-      }
-    } else {
-      for (int r = lane; r < Rg::kRows; r += 32) {
-        const size_t at = size_t(min(row0 + r, rows - 1)) * size_t(groups) + size_t(g0);
-        if (scale_bytes == 16) {
-          cp_async_small<16>(ss + r * 4, scales + at);
-          cp_async_small<16>(sb + r * 4, biases + at);
-        } else {
-          cp_async_small<8>(ss + r * 4, scales + at);
-          cp_async_small<8>(sb + r * 4, biases + at);
-        }
-      }
-    }
+    if (i < stages)
+      Rg::Weights::template copy<32>(slot(i), W, scales, biases, row0, rows, cols, group_shift,
+                                     scale_bytes, v0 + kStageVecs * i, v1, lane);
   };
   const uint8_t* meta = acts + MmaActs::meta_at(cols, tokens);
   auto issue_acts = [&](int i) {
@@ -205,8 +153,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     cp_async_wait<S - 1>();
     __syncwarp();
     const uint8_t* st = slot(i);
-    const float* ss = reinterpret_cast<const float*>(st + Rg::kScalesAt);
-    const float* sb = reinterpret_cast<const float*>(st + Rg::kBiasesAt);
     const int vs = v0 + kStageVecs * i;
 #pragma unroll
     for (int c = 0; c < kStageVecs; c += 2) {
@@ -235,18 +181,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       for (int r = 0; r < R; ++r) {
         // Matrices: rows 16r..+7 and 16r+8..+15 of block c, then of c + 1.
         uint32_t a[4];
-        ldmatrix_x4(a, reinterpret_cast<const uint16_t*>(
-                           st + Rg::code_at(16 * r + mrow + 8 * (mat & 1), c + (mat >> 1))));
+        ldmatrix_x4(a,
+                    reinterpret_cast<const uint16_t*>(
+                        st + Rg::Weights::code_at(16 * r + mrow + 8 * (mat & 1), c + (mat >> 1))));
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
           // Past the share: the slot's scales may never have been written.
           if (vs + c + k >= v1) break;
-          const int j = ((c + k) * 32) >> group_shift;  // the block's group in the stage
           float s[2], bias[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            s[h] = ss[(16 * r + g + 8 * h) * 4 + j];
-            bias[h] = sb[(16 * r + g + 8 * h) * 4 + j];
+            s[h] = Rg::Weights::scale(st, 16 * r + g + 8 * h, c + k, group_shift);
+            bias[h] = Rg::Weights::bias(st, 16 * r + g + 8 * h, c + k, group_shift);
           }
           const uint32_t lo = a[2 * k], hi = a[2 * k + 1];  // rows g and g + 8
           const uint8_t* blk = st + Rg::kActsAt + (c + k) * tokens * 32;
@@ -264,15 +210,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
               mt = m_pair[k][t];
             }
             int cc[4];
-            mma_s8(cc, lo & 0x0F0F0F0Fu, hi & 0x0F0F0F0Fu, (lo >> 4) & 0x0F0F0F0Fu,
-                   (hi >> 4) & 0x0F0F0F0Fu, b.x, b.y);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h = e / 2;
-              const float d = e % 2 ? mt.z : mt.x, dq = e % 2 ? mt.w : mt.y;
-              acc[r][t][e] =
-                  fmaf(small_int_float(cc[e]), s[h] * d, fmaf(bias[h], dq, acc[r][t][e]));
-            }
+            affine::mma_codes(cc, lo, hi, b);
+            affine::accumulate(acc[r][t], cc, s, bias, mt);
           }
         }
       }
@@ -336,13 +275,7 @@ void launch_tiles(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* 
   if (r == 0)
     fail("gemm_affine_int8: %lld tokens do not fit this device's shared memory", (long long)n);
   const int shift = affine::log2_exact(w.group);
-  // A row's scales of a stage (128 columns) in one copy when every row's
-  // start is aligned to it: 128 / group floats, rows cols / group apart.
-  const int stage_groups = 128 / int(w.group);
-  const bool aligned = (w.cols / w.group) % stage_groups == 0 &&
-                       reinterpret_cast<uintptr_t>(w.scales) % (4 * stage_groups) == 0 &&
-                       reinterpret_cast<uintptr_t>(w.biases) % (4 * stage_groups) == 0;
-  const int scale_bytes = aligned ? 4 * stage_groups : 4;
+  const int scale_bytes = affine::stage_scale_bytes(w.cols, w.group, w.scales, w.biases);
   auto go = [&](auto kernel, int rr, int bytes) {
     if (bytes > 48 * 1024) allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
     launch(kernel, unsigned((w.rows + 16 * rr - 1) / (16 * rr)), kWarps * 32, size_t(bytes), stream,
@@ -361,8 +294,9 @@ void launch_tiles(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* 
 }  // namespace
 
 bool affine_mma_takes(const AffineMatrix& w, int64_t n) {
-  if (w.bits != 4 || n < 1 || n > kAffineMmaMaxTokens || w.rows > INT32_MAX || w.cols > INT32_MAX)
+  if (w.bits != 4 || n < 1 || n > INT32_MAX / 2 || w.rows > INT32_MAX || w.cols > INT32_MAX)
     return false;
+  if (n > kAffineMmaMaxTokens) return true;  // gemm_affine_prefill.cu: 48 KB a block
   const int tokens = MmaActs::tokens(int(n));
   return (n <= 16 ? row_tiles<2>(w, tokens) : row_tiles<4>(w, tokens)) > 0;
 }

@@ -323,6 +323,12 @@ uint8_t* act_scratch(size_t need, int64_t n, int64_t cols, void* scratch, size_t
   return static_cast<uint8_t*>(scratch);
 }
 
+// The token rows of gemm_affine_int8's activations for n tokens: rounded up
+// to its kernels' token tiles.
+int mma_tokens(int64_t n) {
+  return n <= kAffineMmaMaxTokens ? affine::MmaActs::tokens(int(n)) : affine_prefill_tokens(n);
+}
+
 void check_shape(const AffineMatrix& w, const float* x, const char* what) {
   affine::check(w, what);
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
@@ -337,8 +343,7 @@ void check_shape(const AffineMatrix& w, const float* x, const char* what) {
 size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols) {
   const size_t rows = size_t(n) * act_row_bytes(bits, cols);
   if (bits != 4) return rows;
-  const int tokens = affine::MmaActs::tokens(int(std::min<int64_t>(n, kAffineMmaMaxTokens)));
-  return std::max(rows, affine::MmaActs::bytes(int(cols), tokens));  // gemm_affine_int8's layout
+  return std::max(rows, affine::MmaActs::bytes(int(cols), mma_tokens(n)));  // gemm_affine_int8's
 }
 
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated) {
@@ -371,15 +376,20 @@ void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y
   if (w.rows <= 0 || n <= 0) return;
   check_shape(w, x, "gemm_affine_int8");
   if (!affine_mma_takes(w, n))
-    fail("gemm_affine_int8: %d-bit weights over %lld tokens (4 bits, 1 to %d tokens)", w.bits,
-         (long long)n, kAffineMmaMaxTokens);
+    fail(
+        "gemm_affine_int8: %d-bit weights over %lld tokens (4 bits only; up to %d tokens, the "
+        "decode kernel's shared memory must fit the device)",
+        w.bits, (long long)n, kAffineMmaMaxTokens);
   DeviceBuffer own;
-  const int tokens = affine::MmaActs::tokens(int(n));
+  const int tokens = mma_tokens(n);
   uint8_t* acts = act_scratch(affine::MmaActs::bytes(int(w.cols), tokens), n, w.cols, scratch,
                               scratch_bytes, own, "gemm_affine_int8");
   launch(quantize_acts_kernel<4>, unsigned(tokens), kQuantizeThreads, 0, stream, x, int(n),
          int(w.cols), false, static_cast<const float*>(nullptr), 0.f, acts, size_t(0), tokens);
-  launch_affine_mma(w, acts, n, y, stream);
+  if (n <= kAffineMmaMaxTokens)
+    launch_affine_mma(w, acts, n, y, stream);
+  else
+    launch_affine_prefill(w, acts, n, y, stream);
 }
 
 }  // namespace tandem::cuda

@@ -428,13 +428,16 @@ struct AffineMatrix {
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                  const GemvFusion& fusion = {}, void* scratch = nullptr, size_t scratch_bytes = 0);
 size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
-// y[t, r] = Σ_c w[r, c] · x[t, c] for t < n ≤ kAffineMmaMaxTokens over
-// 4-bit weights, with gemv_affine's numerics (x quantized to int8 in blocks
-// of 32; no fusions) on int8 tensor cores (mma m16n8k32): the decode GEMM
-// of up to 32 tokens (the decoder: 5-32) without bf16 tiles of the
-// weights. scratch as gemv_affine's.
+// y[t, r] = Σ_c w[r, c] · x[t, c] for t < n over 4-bit weights, with
+// gemv_affine's numerics (x quantized to int8 in blocks of 32; no fusions)
+// on int8 tensor cores (mma m16n8k32), without bf16 tiles of the weights:
+// up to kAffineMmaMaxTokens tokens the decode GEMM (the decoder: steps of
+// 5-32), beyond it the prefill GEMM (gemm_affine_prefill.cu; the decoder
+// only with TANDEM_CUDA_AFFINE_MMA_PREFILL=1: not yet measured). scratch as
+// gemv_affine's.
 constexpr int kAffineMmaMaxTokens = 32;
-// 4 bits, 1 to 32 tokens, and the kernel's shared memory fits the device.
+// 4 bits, and up to kAffineMmaMaxTokens tokens the decode kernel's shared
+// memory fits the device.
 bool affine_mma_takes(const AffineMatrix& w, int64_t n);
 void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y,
                       cudaStream_t stream, void* scratch = nullptr, size_t scratch_bytes = 0);
