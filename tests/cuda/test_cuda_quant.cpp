@@ -285,8 +285,10 @@ TEST(CudaQuant, Int8MmaGemmMatchesTheDequantizedReference) {
 
 // Prefill steps of 4-bit packed weights on the int8 prefill GEMM
 // (TANDEM_CUDA_AFFINE_MMA_PREFILL=1: 40 tokens, past the decode GEMM's 32)
-// against the CPU decoder with the same int8 activations, within the GEMV
-// steps' tolerance.
+// against the CPU decoder with the same int8 activations: within 1e-3 x std
+// (the prefill attention's 16-bit products alone have moved fixtures' logits
+// by up to 5.9e-4; a wrong GEMM moves them by orders more), Gemma 4's tiny
+// random model the GEMV steps' 0.3.
 TEST(CudaQuant, Int8PrefillGemmMatchesTheCpuDecoder) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
@@ -315,7 +317,7 @@ TEST(CudaQuant, Int8PrefillGemmMatchesTheCpuDecoder) {
     run_sequence(gpu, ids.data(), n, s, got.data(), true);
     const double err = relative_error(got, want);
     const bool gemma4 = std::string(name).rfind("gemma4", 0) == 0;
-    EXPECT_LE(err, gemma4 ? 0.3 : 1e-4) << name << ": 40-token prefill on the int8 GEMM";
+    EXPECT_LE(err, gemma4 ? 0.3 : 1e-3) << name << ": 40-token prefill on the int8 GEMM";
     std::printf("[cuda quant] %-16s 4-bit g32 prefill of 40 on the int8 GEMM: %.2e x std\n", name,
                 err);
   }
