@@ -18,7 +18,13 @@
 # which), OUT_DIR/decode.jsonl (batch-1 and 2-sequence decode of gemma-4-e2b
 # and llama-3.2-1b the same way), OUT_DIR/attention.txt (the attention
 # kernels alone) and OUT_DIR/bench-stderr.log: seven files, since the GPU
-# machine returns only about eight a call.
+# machine returns only about eight a call. BENCH_ARGS: more bench_cuda_decode
+# arguments for every benchmark, e.g. the int8 prefill GEMM over packed
+# 4-bit weights against bf16 tiles and against the dequantized weights:
+#
+#   BENCH_ARGS="--quantize 4" scripts/gpu-opt-in.sh B OUT \
+#     TANDEM_CUDA_PACKED_QUANT=1 TANDEM_CUDA_AFFINE_MMA_PREFILL=1
+#
 # Exit status: non-zero when a test failed.
 set -u
 build=$1
@@ -45,7 +51,9 @@ bench() {
   shift
   (
     for s in $label; do export "$s"; done
-    timeout 120 "$build/bench_cuda_decode" "$@" | sed "s/^{/{\"setting\": \"${label:-defaults}\", /"
+    # shellcheck disable=SC2086 # BENCH_ARGS is a list of arguments
+    timeout 120 "$build/bench_cuda_decode" "$@" ${BENCH_ARGS:-} |
+      sed "s/^{/{\"setting\": \"${label:-defaults}\", /"
   )
 }
 # The defaults, each setting alone, and all of them (when there are several).
