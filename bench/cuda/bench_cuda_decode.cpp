@@ -232,9 +232,12 @@ int main(int argc, char** argv) {
   const double step_bytes = double(dec.streamed_bytes()) + double(batch) * kv_bytes;
   const double gbs = step_bytes * steps_s / 1e9;
   const double peak = bench::copy_gbs();
-  // Parameters streamed (for prefill TFLOP/s): bytes over the stored width
-  // (quantized: the codes plus f32 scale and bias per group of 64).
-  const double width = quantize ? double(quantize) / 8 + 8.0 / 64 : dtype == "f32" ? 4.0 : 2.0;
+  // Parameters streamed (for prefill TFLOP/s): bytes over the width on the
+  // device (kept packed: the codes plus f32 scale and bias per group of 64;
+  // else dequantized to bf16 at upload, which the first version counted as
+  // packed, 3.2x too many parameters at 4 bits).
+  const bool packed = quantize && cuda::env_is("TANDEM_CUDA_PACKED_QUANT", "1");
+  const double width = packed ? double(quantize) / 8 + 8.0 / 64 : dtype == "f32" ? 4.0 : 2.0;
   const double params = double(dec.streamed_bytes()) / width;
   std::printf(
       "{\"config\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, "

@@ -15,11 +15,12 @@ namespace tandem::cuda {
 namespace {
 
 // Whether parts uploaded together stay quantized on the device: packed
-// weights are asked for (TANDEM_CUDA_PACKED_QUANT=1: on the H200 they match
-// the bf16 path at batch 1 but are several times slower batched, where each
-// step re-dequantizes them, so the default dequantizes to bf16 at upload)
-// and every part is affine with the
-// same bits and group size (what the GEMV kernel streams).
+// weights are asked for (TANDEM_CUDA_PACKED_QUANT=1: at 4 bits faster than
+// bf16 at batch 1 and as fast at 16 sequences, but prefill over them
+// dequantizes bf16 tiles at every chunk, 24-64% slower on the H100 —
+// twenty-third session — so the default dequantizes to bf16 at upload) and
+// every part is affine with the same bits and group size (what the kernels
+// stream).
 bool stays_affine(const std::vector<const WeightMatrix*>& parts) {
   if (!env_is("TANDEM_CUDA_PACKED_QUANT", "1")) return false;
   const WeightMatrix* first = nullptr;
