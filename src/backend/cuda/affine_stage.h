@@ -1,6 +1,7 @@
-// What the two int8 tensor-core GEMMs over packed affine 4-bit weights share
-// (gemm_affine_mma.cu: decode steps of up to 32 tokens; gemm_affine_prefill.cu:
-// longer ones): the mma itself, its integer sums as floats, and a stage of
+// What the tensor-core GEMMs over packed affine 4-bit weights share
+// (gemm_affine_mma.cu: int8, decode steps of up to 32 tokens;
+// gemm_affine_prefill.cu: int8, longer ones; gemm_affine_w4a16.cu: bf16,
+// longer ones): the int8 mma, its integer sums as floats, and a stage of
 // weights in shared memory — ROWS rows' codes, scales and biases over 4
 // blocks of 32 columns, copied by cp.async. Included only by .cu files.
 #pragma once

@@ -441,6 +441,14 @@ constexpr int kAffineMmaMaxTokens = 32;
 bool affine_mma_takes(const AffineMatrix& w, int64_t n);
 void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y,
                       cudaStream_t stream, void* scratch = nullptr, size_t scratch_bytes = 0);
+// y[t, r] = Σ_c bf16(w[r, c]) · x[t, c] for t < n over 4-bit weights and
+// bf16 activations x ([n, cols], 16-byte aligned): each weight rounded to
+// bf16 as dequantize_affine_bf16 rounds it, in registers (no tiles), bf16
+// tensor cores, f32 sums — the prefill GEMM of packed weights under bf16
+// GEMM inputs with TANDEM_CUDA_AFFINE_W4A16=1 (written without a GPU, not
+// yet measured).
+void gemm_affine_w4a16(const AffineMatrix& w, const uint16_t* x_bf16, int64_t n, float* y,
+                       cudaStream_t stream);
 // gemv_bf16_split's counterpart over 16-byte vectors of packed codes (at
 // least 16 a warp), by the fewest-warps rule (TANDEM_CUDA_GEMV_WARPS).
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated);
