@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/affine_codes.h"
 #include "backend/cuda/mma.h"
 
 namespace tandem::cuda::affine {
@@ -54,6 +55,18 @@ __device__ __forceinline__ void accumulate(float (&acc)[4], const int (&c)[4], c
   }
 }
 
+// A 4-bit matrix as the GEMM kernels read it (their weight parameter):
+// codes, scales and biases (MLX layout), its shape, log2 of its group, and
+// scale_bytes, the bytes of a row's scales a stage copies at once — all 128 /
+// group of them (16, 8 or 4) where every row's are so aligned, else 4 (a
+// float at a time). Made on the host by stage_source().
+struct StageSource {
+  const uint32_t* codes;
+  const float* scales;
+  const float* biases;
+  int rows, cols, group_shift, scale_bytes;
+};
+
 // A stage of ROWS rows' weights: codes (64 bytes a row, its 16-byte blocks
 // swizzled so ldmatrix's 8 rows fall on distinct banks), then the scales
 // and then the biases of the stage's 1-4 groups (4 floats a row each).
@@ -65,44 +78,41 @@ struct StageWeights {
 
   // Copies (cp.async, no commit) the stage of blocks vs .. vs + 3 (those
   // below v1; the rest of the codes zero-filled) of rows row0 .. row0 +
-  // ROWS - 1 (past the matrix: its last row, never stored) by THREADS
-  // threads, this one `tid`. scale_bytes: 16, 8 or 4 — a row's scales of the
-  // stage in one copy when so aligned, else a float at a time.
+  // ROWS - 1 (past the matrix: its last row, never stored) of `w` by THREADS
+  // threads, this one `tid`.
   template <int THREADS>
-  __device__ static void copy(uint8_t* st, const uint32_t* __restrict__ W,
-                              const float* __restrict__ scales, const float* __restrict__ biases,
-                              int row0, int rows, int cols, int group_shift, int scale_bytes,
-                              int vs, int v1, int tid) {
-    const int words = cols / 8, groups = cols >> group_shift;
-    const int stage_groups = (kStageVecs * 32) >> group_shift;  // 1, 2 or 4
+  __device__ static void copy(uint8_t* st, const StageSource& w, int row0, int vs, int v1,
+                              int tid) {
+    const int words = w.cols / 8, groups = w.cols >> w.group_shift;
+    const int stage_groups = (kStageVecs * 32) >> w.group_shift;  // 1, 2 or 4
 #pragma unroll
     for (int e = tid; e < ROWS * kStageVecs; e += THREADS) {
       const int r = e / kStageVecs, c = e % kStageVecs;
-      const size_t row = size_t(min(row0 + r, rows - 1));
+      const size_t row = size_t(min(row0 + r, w.rows - 1));
       cp_async16(reinterpret_cast<uint16_t*>(st + code_at(r, c)),
-                 W + row * size_t(words) + size_t(vs + c) * 4, vs + c < v1);
+                 w.codes + row * size_t(words) + size_t(vs + c) * 4, vs + c < v1);
     }
-    const int g0 = (vs * 32) >> group_shift;  // vs is a multiple of 4: groups start here
+    const int g0 = (vs * 32) >> w.group_shift;  // vs is a multiple of 4: groups start here
     float* ss = reinterpret_cast<float*>(st + kScalesAt);
     float* sb = reinterpret_cast<float*>(st + kBiasesAt);
-    if (scale_bytes == 4) {
+    if (w.scale_bytes == 4) {
       for (int e = tid; e < ROWS * stage_groups; e += THREADS) {
         const int r = e / stage_groups, j = e % stage_groups;
         if (g0 + j >= groups) continue;
-        const size_t at = size_t(min(row0 + r, rows - 1)) * size_t(groups) + size_t(g0 + j);
-        cp_async_small<4>(ss + r * 4 + j, scales + at);
-        cp_async_small<4>(sb + r * 4 + j, biases + at);
+        const size_t at = size_t(min(row0 + r, w.rows - 1)) * size_t(groups) + size_t(g0 + j);
+        cp_async_small<4>(ss + r * 4 + j, w.scales + at);
+        cp_async_small<4>(sb + r * 4 + j, w.biases + at);
       }
       return;
     }
     for (int r = tid; r < ROWS; r += THREADS) {
-      const size_t at = size_t(min(row0 + r, rows - 1)) * size_t(groups) + size_t(g0);
-      if (scale_bytes == 16) {
-        cp_async_small<16>(ss + r * 4, scales + at);
-        cp_async_small<16>(sb + r * 4, biases + at);
+      const size_t at = size_t(min(row0 + r, w.rows - 1)) * size_t(groups) + size_t(g0);
+      if (w.scale_bytes == 16) {
+        cp_async_small<16>(ss + r * 4, w.scales + at);
+        cp_async_small<16>(sb + r * 4, w.biases + at);
       } else {
-        cp_async_small<8>(ss + r * 4, scales + at);
-        cp_async_small<8>(sb + r * 4, biases + at);
+        cp_async_small<8>(ss + r * 4, w.scales + at);
+        cp_async_small<8>(sb + r * 4, w.biases + at);
       }
     }
   }
@@ -117,14 +127,20 @@ struct StageWeights {
   }
 };
 
-// The bytes of a row's scales a stage copies at once (StageWeights::copy's
-// scale_bytes) for a matrix of `cols` columns in groups of `group`.
-inline int stage_scale_bytes(int64_t cols, int64_t group, const void* scales, const void* biases) {
-  const int stage_groups = int(kStageVecs * 32 / group);
-  const bool aligned = (cols / group) % stage_groups == 0 &&
-                       reinterpret_cast<uintptr_t>(scales) % (4 * stage_groups) == 0 &&
-                       reinterpret_cast<uintptr_t>(biases) % (4 * stage_groups) == 0;
-  return aligned ? 4 * stage_groups : 4;
+// `w` as the GEMM kernels take it (a 4-bit AffineMatrix the caller has
+// checked: rows and columns fit an int).
+inline StageSource stage_source(const AffineMatrix& w) {
+  const int stage_groups = int(kStageVecs * 32 / w.group);
+  const bool aligned = (w.cols / w.group) % stage_groups == 0 &&
+                       reinterpret_cast<uintptr_t>(w.scales) % (4 * stage_groups) == 0 &&
+                       reinterpret_cast<uintptr_t>(w.biases) % (4 * stage_groups) == 0;
+  return {w.data,
+          w.scales,
+          w.biases,
+          int(w.rows),
+          int(w.cols),
+          log2_exact(int(w.group)),
+          aligned ? 4 * stage_groups : 4};
 }
 
 }  // namespace tandem::cuda::affine

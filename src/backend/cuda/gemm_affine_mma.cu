@@ -81,21 +81,17 @@ struct Ring {
 // TILES: 8-token mma tiles the kernel is built for (tokens 8t + g; the
 // acts hold `tokens` = 8 · tiles ≤ 8 · TILES rows, MmaActs). R: 16-row tiles
 // a warp takes. acts: written by the kernel before (read only after the PDL
-// wait, by cp.async: coherent, launch.h). scale_bytes: 16, 8 or 4 — the
-// bytes of a row's scales a stage copies at once (all 128 / group of them
-// when the row's scales are so aligned, else one float at a time).
-// Ring<TILES, R>::block_bytes(tokens) of dynamic shared memory.
+// wait, by cp.async: coherent, launch.h). Ring<TILES, R>::block_bytes(tokens)
+// of dynamic shared memory.
 template <int TILES, int R>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    affine_mma_kernel(const uint32_t* __restrict__ W, const float* __restrict__ scales,
-                      const float* __restrict__ biases, int group_shift, int scale_bytes, int rows,
-                      int cols, const uint8_t* acts, int tokens, int n, float* y) {
+    affine_mma_kernel(affine::StageSource w, const uint8_t* acts, int tokens, int n, float* y) {
   using Rg = Ring<TILES, R>;
   constexpr int S = Rg::kStages;
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
-  const int vecs = cols / 32, tiles = tokens / 8;
+  const int cols = w.cols, vecs = cols / 32, tiles = tokens / 8;
   // This warp's blocks of 32 columns, whole stages of them (so a stage's
   // groups start at its first block).
   const int per = ((vecs + kWarps - 1) / kWarps + kStageVecs - 1) / kStageVecs * kStageVecs;
@@ -110,9 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // row, never stored), then its activations: each ends a commit group,
   // empty past the last stage so the waits below count the same.
   auto issue_weights = [&](int i) {
-    if (i < stages)
-      Rg::Weights::template copy<32>(slot(i), W, scales, biases, row0, rows, cols, group_shift,
-                                     scale_bytes, v0 + kStageVecs * i, v1, lane);
+    if (i < stages) Rg::Weights::template copy<32>(slot(i), w, row0, v0 + kStageVecs * i, v1, lane);
   };
   const uint8_t* meta = acts + MmaActs::meta_at(cols, tokens);
   auto issue_acts = [&](int i) {
@@ -191,8 +185,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           float s[2], bias[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            s[h] = Rg::Weights::scale(st, 16 * r + g + 8 * h, c + k, group_shift);
-            bias[h] = Rg::Weights::bias(st, 16 * r + g + 8 * h, c + k, group_shift);
+            s[h] = Rg::Weights::scale(st, 16 * r + g + 8 * h, c + k, w.group_shift);
+            bias[h] = Rg::Weights::bias(st, 16 * r + g + 8 * h, c + k, w.group_shift);
           }
           const uint32_t lo = a[2 * k], hi = a[2 * k + 1];  // rows g and g + 8
           const uint8_t* blk = st + Rg::kActsAt + (c + k) * tokens * 32;
@@ -237,7 +231,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int k = 0; k < kWarps; ++k) sum += partial[k][t][l][i];
       const int out_row = row0 + 16 * r + l / 4 + 8 * (i / 2), token = 8 * t + 2 * (l % 4) + i % 2;
-      if (out_row < rows && token < n) y[size_t(token) * size_t(rows) + size_t(out_row)] = sum;
+      if (out_row < w.rows && token < n) y[size_t(token) * size_t(w.rows) + size_t(out_row)] = sum;
     }
   }
 }
@@ -274,13 +268,11 @@ void launch_tiles(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* 
   const int tokens = MmaActs::tokens(int(n)), r = row_tiles<TILES>(w, tokens);
   if (r == 0)
     fail("gemm_affine_int8: %lld tokens do not fit this device's shared memory", (long long)n);
-  const int shift = affine::log2_exact(w.group);
-  const int scale_bytes = affine::stage_scale_bytes(w.cols, w.group, w.scales, w.biases);
+  const affine::StageSource src = affine::stage_source(w);
   auto go = [&](auto kernel, int rr, int bytes) {
     if (bytes > 48 * 1024) allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
     launch(kernel, unsigned((w.rows + 16 * rr - 1) / (16 * rr)), kWarps * 32, size_t(bytes), stream,
-           w.data, w.scales, w.biases, shift, scale_bytes, int(w.rows), int(w.cols), acts, tokens,
-           int(n), y);
+           src, acts, tokens, int(n), y);
   };
   if constexpr (TILES <= 2) {
     if (r == 4) return go(affine_mma_kernel<TILES, 4>, 4, Ring<TILES, 4>::block_bytes(tokens));

@@ -46,15 +46,13 @@ constexpr int kBlockBytes = kStages * kStageBytes;               // 48 KB: no op
 // acts: MmaActs of `tokens` (a multiple of kTokens; rows n .. tokens - 1
 // zeros), written by the kernel before. grid: (row blocks, tokens / 64).
 __global__ void __launch_bounds__(kThreads, 2)
-    affine_prefill_kernel(const uint32_t* __restrict__ W, const float* __restrict__ scales,
-                          const float* __restrict__ biases, int group_shift, int scale_bytes,
-                          int rows, int cols, const uint8_t* acts, int tokens, int n, float* y) {
+    affine_prefill_kernel(affine::StageSource w, const uint8_t* acts, int tokens, int n, float* y) {
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_launch_dependents();
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int row_half = warp / 4, token_quarter = warp % 4;
   const int row0 = int(blockIdx.x) * kRows, tok0 = int(blockIdx.y) * kTokens;
-  const int vecs = cols / 32, stages = (vecs + kStageVecs - 1) / kStageVecs;
+  const int cols = w.cols, vecs = cols / 32, stages = (vecs + kStageVecs - 1) / kStageVecs;
   const uint8_t* meta = acts + MmaActs::meta_at(cols, tokens);
   auto slot = [&](int i) { return smem + (i % kStages) * kStageBytes; };
 
@@ -62,9 +60,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // each ending a commit group, empty past the last stage so the waits below
   // count the same.
   auto issue_weights = [&](int i) {
-    if (i < stages)
-      Weights::copy<kThreads>(slot(i), W, scales, biases, row0, rows, cols, group_shift,
-                              scale_bytes, kStageVecs * i, vecs, tid);
+    if (i < stages) Weights::copy<kThreads>(slot(i), w, row0, kStageVecs * i, vecs, tid);
   };
   auto issue_acts = [&](int i) {
     if (i >= stages) return;
@@ -142,8 +138,8 @@ __global__ void __launch_bounds__(kThreads, 2)
           float s[2], bias[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            s[h] = Weights::scale(st, wrow + 16 * r + g + 8 * h, c + k, group_shift);
-            bias[h] = Weights::bias(st, wrow + 16 * r + g + 8 * h, c + k, group_shift);
+            s[h] = Weights::scale(st, wrow + 16 * r + g + 8 * h, c + k, w.group_shift);
+            bias[h] = Weights::bias(st, wrow + 16 * r + g + 8 * h, c + k, w.group_shift);
           }
 #pragma unroll
           for (int t = 0; t < 2; ++t) {
@@ -166,7 +162,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int e = 0; e < 4; ++e) {
         const int row = row0 + wrow + 16 * r + g + 8 * (e / 2);
         const int token = tok0 + wtok + 8 * t + 2 * q + e % 2;
-        if (row < rows && token < n) y[size_t(token) * size_t(rows) + size_t(row)] = acc[r][t][e];
+        if (row < w.rows && token < n)
+          y[size_t(token) * size_t(w.rows) + size_t(row)] = acc[r][t][e];
       }
 }
 
@@ -180,10 +177,8 @@ void launch_affine_prefill(const AffineMatrix& w, const uint8_t* acts, int64_t n
                            cudaStream_t stream) {
   const int tokens = affine_prefill_tokens(n);
   const dim3 grid(unsigned((w.rows + kRows - 1) / kRows), unsigned(tokens / kTokens));
-  launch(affine_prefill_kernel, grid, kThreads, size_t(kBlockBytes), stream, w.data, w.scales,
-         w.biases, affine::log2_exact(w.group),
-         affine::stage_scale_bytes(w.cols, w.group, w.scales, w.biases), int(w.rows), int(w.cols),
-         acts, tokens, int(n), y);
+  launch(affine_prefill_kernel, grid, kThreads, size_t(kBlockBytes), stream,
+         affine::stage_source(w), acts, tokens, int(n), y);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -63,20 +63,16 @@ __device__ __forceinline__ uint32_t dequant2(uint32_t word, int j, float s, floa
 // x: bf16 rows [n, cols] (16-byte aligned rows: cols a multiple of 32).
 // grid: (row blocks, token blocks).
 __global__ void __launch_bounds__(kThreads, 1)
-    affine_w4a16_kernel(const uint32_t* __restrict__ W, const float* __restrict__ scales,
-                        const float* __restrict__ biases, int group_shift, int scale_bytes,
-                        int rows, int cols, const uint16_t* x, int n, float* y) {
+    affine_w4a16_kernel(affine::StageSource w, const uint16_t* x, int n, float* y) {
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_launch_dependents();
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int row0 = int(blockIdx.x) * kRows, tok0 = int(blockIdx.y) * kTokens;
-  const int vecs = cols / 32, stages = (vecs + kStageVecs - 1) / kStageVecs;
+  const int cols = w.cols, vecs = cols / 32, stages = (vecs + kStageVecs - 1) / kStageVecs;
   auto slot = [&](int i) { return smem + (i % kStages) * kStageBytes; };
 
   auto issue_weights = [&](int i) {
-    if (i < stages)
-      Weights::copy<kThreads>(slot(i), W, scales, biases, row0, rows, cols, group_shift,
-                              scale_bytes, kStageVecs * i, vecs, tid);
+    if (i < stages) Weights::copy<kThreads>(slot(i), w, row0, kStageVecs * i, vecs, tid);
   };
   // The stage's 128 columns (fewer in a last stage, zero-filled) of tokens
   // tok0 .. tok0 + 63 (past n: zeros), 16 chunks of 16 bytes a token.
@@ -116,10 +112,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
         if (vs + c + k >= vecs) break;  // the slot's scales were not written
-        const float s0 = Weights::scale(st, wrow + g, c + k, group_shift),
-                    b0 = Weights::bias(st, wrow + g, c + k, group_shift),
-                    s1 = Weights::scale(st, wrow + g + 8, c + k, group_shift),
-                    b1 = Weights::bias(st, wrow + g + 8, c + k, group_shift);
+        const float s0 = Weights::scale(st, wrow + g, c + k, w.group_shift),
+                    b0 = Weights::bias(st, wrow + g, c + k, w.group_shift),
+                    s1 = Weights::scale(st, wrow + g + 8, c + k, w.group_shift),
+                    b1 = Weights::bias(st, wrow + g + 8, c + k, w.group_shift);
         const uint32_t lo = a[2 * k], hi = a[2 * k + 1];  // rows g and g + 8
         // Step 0: codes 0-3 of the lane's word; step 1: codes 4-7.
         const uint32_t a0[4] = {dequant2(lo, 0, s0, b0), dequant2(hi, 0, s1, b1),
@@ -144,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int row = row0 + wrow + g + 8 * (e / 2), token = tok0 + 8 * t + 2 * q + e % 2;
-      if (row < rows && token < n) y[size_t(token) * size_t(rows) + size_t(row)] = acc[t][e];
+      if (row < w.rows && token < n) y[size_t(token) * size_t(w.rows) + size_t(row)] = acc[t][e];
     }
 }
 
@@ -162,9 +158,7 @@ void gemm_affine_w4a16(const AffineMatrix& w, const uint16_t* x_bf16, int64_t n,
         w.bits, (long long)w.rows, (long long)w.cols, (long long)n);
   allow_opt_in_shared_memory(reinterpret_cast<const void*>(affine_w4a16_kernel));
   const dim3 grid(unsigned((w.rows + kRows - 1) / kRows), unsigned((n + kTokens - 1) / kTokens));
-  launch(affine_w4a16_kernel, grid, kThreads, size_t(kBlockBytes), stream, w.data, w.scales,
-         w.biases, affine::log2_exact(w.group),
-         affine::stage_scale_bytes(w.cols, w.group, w.scales, w.biases), int(w.rows), int(w.cols),
+  launch(affine_w4a16_kernel, grid, kThreads, size_t(kBlockBytes), stream, affine::stage_source(w),
          x_bf16, int(n), y);
   CUDA_CHECK(cudaGetLastError());
 }
