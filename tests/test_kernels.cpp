@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -483,5 +484,59 @@ TEST(Kernels, DotAndAxpy) {
         ASSERT_NEAR(gb.as<float>()[i], want, 1e-6 * (std::fabs(want) + 1)) << isa << " n=" << n;
       }
     }
+  }
+}
+
+// The gated activations on every ISA against double-precision formulas:
+// odd lengths (the vector tails), arguments from -100 to 100 where exp
+// under- and overflows, and ±inf / NaN passed through as libm's expf would.
+// Both are g / (1 + e^a) · up; a, rounded to f32, carries a relative error
+// of ~6e-8 · |a| into e^a, hence the tolerance (and past a = 88.7 e^a
+// overflows f32, so results under ~1e-35 are 0).
+TEST(Kernels, GatedActivationsMatchTheFormulas) {
+  IsaGuard guard;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> wide(-100.0f, 100.0f), narrow(-8.0f, 8.0f);
+  const auto silu_arg = [](double g) { return -g; };
+  const auto gelu_arg = [](double g) {
+    return -2.0 * 0.7978845608028654 * (g + 0.044715 * g * g * g);
+  };
+  for (const std::string& isa : test::supported_isas()) {
+    ASSERT_TRUE(cpu::set_isa_for_testing(isa));
+    for (int64_t n : {1, 15, 16, 17, 100, 1000}) {
+      std::vector<float> gate(static_cast<size_t>(n)), up(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        gate[size_t(i)] = i % 3 == 0 ? wide(rng) : narrow(rng);
+        up[size_t(i)] = narrow(rng);
+      }
+      GuardedBuffer gs(gate.size() * 4), gg(gate.size() * 4), gu(up.size() * 4);
+      std::copy(gate.begin(), gate.end(), gs.as<float>());
+      std::copy(gate.begin(), gate.end(), gg.as<float>());
+      std::copy(up.begin(), up.end(), gu.as<float>());
+      cpu::silu_mul(gs.as<float>(), gu.as<float>(), n);
+      cpu::gelu_tanh_mul(gg.as<float>(), gu.as<float>(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double g = gate[size_t(i)], u = up[size_t(i)];
+        for (bool is_silu : {true, false}) {
+          const double a = is_silu ? silu_arg(g) : gelu_arg(g);
+          const double want = g / (1.0 + std::exp(a)) * u;
+          const float got = (is_silu ? gs : gg).as<float>()[i];
+          ASSERT_NEAR(got, want, 3e-7 * (1.0 + std::fabs(a)) * std::fabs(want) + 1e-35)
+              << isa << (is_silu ? " silu" : " gelu") << " g=" << g;
+        }
+      }
+    }
+    const float inf = INFINITY;
+    std::vector<float> g = {inf, -inf, NAN, 0.0f}, u = {1.0f, 1.0f, 1.0f, 1.0f};
+    std::vector<float> s = g;
+    cpu::silu_mul(s.data(), u.data(), 4);
+    EXPECT_EQ(s[0], inf) << isa;
+    EXPECT_TRUE(std::isnan(s[1])) << isa;  // -inf / (1 + inf), as the formula
+    EXPECT_TRUE(std::isnan(s[2])) << isa;
+    EXPECT_EQ(s[3], 0.0f) << isa;
+    cpu::gelu_tanh_mul(g.data(), u.data(), 4);
+    EXPECT_EQ(g[0], inf) << isa;
+    EXPECT_TRUE(std::isnan(g[2])) << isa;
+    EXPECT_EQ(g[3], 0.0f) << isa;
   }
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -45,6 +46,28 @@ TEST(Loader, LoadsEveryFixtureLayout) {
        {"llama-f32", "qwen2-bf16", "qwen3-f16", "gemma3_text-f32", "gemma3-bf16"}) {
     auto m = load_model(test::fixture_dir(name));
     EXPECT_EQ(int64_t(m->weights.layers.size()), m->spec.layers) << name;
+  }
+}
+
+// For the CPU (pack_for_cpu) a head viewing the checkpoint is copied into
+// owned memory (huge pages), byte for byte; a tied embedding table follows
+// it, and the quantized heads of --quantize are left alone.
+TEST(Loader, CpuLoadCopiesTheHeadIntoOwnedMemory) {
+  for (const char* name : {"qwen2-bf16", "llama-bf16", "qwen3-f16"}) {
+    auto mapped = load_model(test::fixture_dir(name));
+    LoadOptions o;
+    o.pack_for_cpu = true;
+    auto m = load_model(test::fixture_dir(name), o);
+    const WeightMatrix& head = m->weights.head;
+    bool owned = false;
+    for (const OwnedBuffer& b : m->owned) owned = owned || b.get() == head.data;
+    EXPECT_TRUE(owned) << name;
+    ASSERT_EQ(head.nbytes(), mapped->weights.head.nbytes()) << name;
+    EXPECT_EQ(std::memcmp(head.data, mapped->weights.head.data, head.nbytes()), 0) << name;
+    EXPECT_EQ(m->weights.embed.data == head.data, m->spec.tied_embeddings) << name;
+    o.quantize_bits = 8;
+    auto q = load_model(test::fixture_dir(name), o);
+    EXPECT_EQ(q->weights.head.format, WeightFormat::Affine) << name;
   }
 }
 

@@ -484,6 +484,7 @@ std::unique_ptr<Model> load_gguf_model(const std::string& path, const LoadOption
     w.ple_proj_norm = r.vec("per_layer_proj_norm.weight", s.ple_dim);
   }
   w.head = s.tied_embeddings ? w.embed : r.matrix("output.weight", s.vocab, s.hidden);
+  if (options.pack_for_cpu) keep_head_resident(w.head, w.embed, model->owned, model->owned_bytes);
   return model;
 }
 

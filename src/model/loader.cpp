@@ -166,6 +166,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
     w.ple_proj_norm = r.norm(r.prefix() + "per_layer_projection_norm.weight", s.ple_dim);
   }
   w.head = s.tied_embeddings ? w.embed : read_head(model->checkpoint, r, s);
+  if (options.pack_for_cpu) keep_head_resident(w.head, w.embed, model->owned, model->owned_bytes);
   return model;
 }
 

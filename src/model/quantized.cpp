@@ -342,6 +342,26 @@ WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_
   return p;
 }
 
+void keep_head_resident(WeightMatrix& head, WeightMatrix& embed, OwnedBuffers& owned,
+                        uint64_t& owned_bytes) {
+  if (head.format != WeightFormat::Dense || head.data == nullptr) return;
+  for (const OwnedBuffer& b : owned)
+    if (b.get() == head.data) return;  // converted at load: already on huge pages
+  const bool tied = embed.data == head.data;
+  WeightMatrix copy = head;
+  owned.push_back(allocate_owned(head.nbytes()));
+  owned_bytes += head.nbytes();
+  copy.data = owned.back().get();
+  const size_t row = head.row_bytes();
+  parallel_rows(head.rows, [&](int64_t r0, int64_t r1) {
+    std::memcpy(owned.back().get() + size_t(r0) * row,
+                static_cast<const uint8_t*>(head.data) + size_t(r0) * row, size_t(r1 - r0) * row);
+  });
+  release_pages(head.data, head.nbytes());
+  head = copy;
+  if (tied) embed = copy;
+}
+
 WeightMatrix pack_affine_matrix(const WeightMatrix& affine, OwnedBuffers& owned,
                                 uint64_t& owned_bytes) {
   WeightMatrix p = cpu::packed_affine_view(affine, nullptr);

@@ -118,6 +118,15 @@ WeightMatrix quantize_matrix(const WeightMatrix& src, int bits, int group_size, 
 // blocks of 16 rows are split over the hardware threads.
 WeightMatrix pack_matrix(const WeightMatrix& dense, OwnedBuffers& owned, uint64_t& owned_bytes);
 
+// For a model on the CPU: a dense head that views a mapped file is copied
+// into a buffer appended to `owned` (on huge pages, owned_buffer.h) and its
+// mapped pages handed back; `embed` follows when it is the same matrix (tied).
+// Every step reads the whole head, and from the file's 4 KiB pages it
+// streamed slower: llama-3.2-1B bf16 decode 17.1 -> 19.6 tok/s on the 2-core
+// EPYC. Other heads are left as they are.
+void keep_head_resident(WeightMatrix& head, WeightMatrix& embed, OwnedBuffers& owned,
+                        uint64_t& owned_bytes);
+
 // Regroups an Affine matrix for the CPU's int8 outer-product kernels
 // (WeightFormat::PackedAffine) into one new buffer appended to `owned`.
 WeightMatrix pack_affine_matrix(const WeightMatrix& affine, OwnedBuffers& owned,

@@ -116,26 +116,7 @@ void values(const float* p, int nq, int64_t p_stride, const float* v, int64_t v_
   }
 }
 
-// exp(x) for x <= ~88 (softmax arguments are <= 0): x = n·ln 2 + r with
-// |r| <= ln 2 / 2, e^r by Cephes' degree-6 polynomial (relative error
-// ~1e-7, as expf's), times 2^n by vscalefps (0 below the f32 range).
-inline __m512 exp512(__m512 x) {
-  // e^-104 is 0 in f32 after scaling; x second, so that a NaN stays NaN
-  // (maxps returns its second operand when either is NaN).
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(y, n);
-}
+#include "backend/cpu/exp512.inc"
 
 float exp_sum(float* x, int64_t n, float shift) {
   const __m512 sh = _mm512_set1_ps(shift);

@@ -84,6 +84,15 @@ struct AttentionKernels {
 extern const AttentionKernels kScalarAttention;  // kernels.cpp (also the AVX2 path)
 extern const AttentionKernels kAvx512Attention;  // attention_avx512.cpp
 
+// The MLP's gated activations (ops.h's silu_mul, gelu_tanh_mul).
+struct GatedKernels {
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+  void (*gelu_tanh_mul)(float* gate, const float* up, int64_t n);
+};
+extern const GatedKernels kScalarGated;  // ops.cpp (also the AVX2 path)
+extern const GatedKernels kAvx512Gated;  // activations_avx512.cpp
+const GatedKernels& gated_kernels();     // kernels.cpp: the active ISA's
+
 extern const IsaKernels kScalarKernels;  // kernels.cpp
 extern const IsaKernels kAvx2Kernels;    // kernels_avx2.cpp: AVX2 + FMA + F16C
 extern const IsaKernels kAvx512Kernels;  // kernels_avx512.cpp: AVX-512 F/BW/VL/DQ

@@ -5,8 +5,37 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_impl.h"
 
 namespace tandem::cpu {
+
+namespace detail {
+namespace {
+
+// The scalar references of the gated activations (kernels_impl.h).
+void silu_mul_scalar(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void gelu_tanh_mul_scalar(float* gate, const float* up, int64_t n) {
+  // 0.5·g·(1 + tanh(u)) = g / (1 + exp(-2u)), exactly: one expf instead of
+  // tanhf (5x faster with glibc, and without the cancellation of 1 + tanh(u)
+  // for negative u).
+  const float k2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-k2 * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+}  // namespace
+
+const GatedKernels kScalarGated = {silu_mul_scalar, gelu_tanh_mul_scalar};
+
+}  // namespace detail
 
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* y) {
   for (int64_t t = 0; t < n; ++t) {
@@ -55,21 +84,11 @@ void gelu_erf_mul(float* gate, const float* up, int64_t n) {
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  detail::gated_kernels().silu_mul(gate, up, n);
 }
 
 void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
-  // 0.5·g·(1 + tanh(u)) = g / (1 + exp(-2u)), exactly: one expf instead of
-  // tanhf (5x faster with glibc, and without the cancellation of 1 + tanh(u)
-  // for negative u).
-  const float k2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
-  for (int64_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-k2 * (g + 0.044715f * g * g * g))) * up[i];
-  }
+  detail::gated_kernels().gelu_tanh_mul(gate, up, n);
 }
 
 void softcap(float* x, int64_t n, float cap) {
