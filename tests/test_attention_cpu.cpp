@@ -129,6 +129,19 @@ TEST(CpuAttention, WindowsSoftcapAndBidirectionalRangesMatchTheReference) {
   check(Case{16, 8, 64, 1, 1}, 105);  // one decode token: 8 tasks of 2 heads
 }
 
+// Prefill steps on AVX-512 take the tiles (kernels.h's attention_tile, head
+// dims 64-512): rows of several tokens and heads, groups wider than a tile,
+// KV blocks entered mid-way, windows and image ranges across tiles.
+TEST(CpuAttention, PrefillTilesMatchTheReference) {
+  check(Case{4, 1, 512, 0, 37}, 201);                  // Gemma 4's global layers
+  check(Case{32, 1, 64, 3, 6}, 202);                   // 32 heads: two slices a token
+  check(Case{6, 2, 128, 11, 50}, 203);                 // 3 heads: 5 tokens a tile
+  check(Case{8, 1, 256, 90, 70, /*window=*/40}, 204);  // Gemma 3's sliding layers
+  check(Case{4, 2, 128, 7, 44, 0, 0.0f, /*bidirectional=*/true}, 205);
+  check(Case{4, 4, 64, 0, 4}, 206);  // the fewest tokens a tile takes
+  check(Case{2, 1, 256, 500, 130, /*window=*/512, 0.0f, true}, 207);
+}
+
 TEST(CpuAttention, ExpShiftedSumIsExpfToAFewUlps) {
   // Softmax arguments: from 0 down past f32's smallest exp (e^-104 = 0).
   std::vector<float> x;

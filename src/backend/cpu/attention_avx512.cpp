@@ -130,8 +130,96 @@ float exp_sum(float* x, int64_t n, float shift) {
   return _mm512_reduce_add_ps(sum);
 }
 
+// kernels.h's attention_tile at head dim DIM. The scratch holds, as rows
+// of 16 lanes (a lane a query row): qt[d] the queries times scale, ot[d]
+// the outputs so far (unnormalized), pt[j] block key j's probabilities. A
+// block: scores s[j] of its 16 keys for all rows (for 8 keys at a time, DIM
+// steps of a query vector times each key's broadcast value), masked to each
+// row's positions, then the online softmax — running max mx, sum l, ot
+// scaled by e^(old max - new max) — and ot += Σ_j v[j] ⊗ pt[j] over the keys
+// [j0, j1) alone (values past them may hold anything).
+template <int DIM>
+void tile_of(const TileRows& r, const KeyBlock* blocks, int64_t nblocks, int64_t stride,
+             float scale, float* scratch) {
+  constexpr int R = kTileRows, KG = 8;  // keys scored together
+  float* qt = scratch;
+  float* ot = qt + DIM * R;
+  float* pt = ot + DIM * R;
+  for (int d = 0; d < DIM; ++d)
+    for (int m = 0; m < R; ++m) qt[d * R + m] = m < r.count ? r.q[m][d] * scale : 0.0f;
+  for (int d = 0; d < DIM; ++d) _mm512_storeu_ps(ot + d * R, _mm512_setzero_ps());
+  // Rows past count attend nothing (first > last).
+  const __mmask16 used = tail_mask(r.count);
+  const __m512i first = _mm512_mask_loadu_epi32(_mm512_set1_epi32(1), used, r.first);
+  const __m512i last = _mm512_mask_loadu_epi32(_mm512_setzero_si512(), used, r.last);
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  __m512 mx = neg_inf, l = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const KeyBlock& kb = blocks[b];
+    __m512 s[R];
+    for (int j0 = 0; j0 < R; j0 += KG) {
+      const float* k[KG];
+      for (int u = 0; u < KG; ++u) k[u] = kb.k + (j0 + u) * stride;
+      __m512 acc[KG];
+      for (int u = 0; u < KG; ++u) acc[u] = _mm512_setzero_ps();
+      for (int d = 0; d < DIM; ++d) {
+        const __m512 qv = _mm512_loadu_ps(qt + d * R);
+        for (int u = 0; u < KG; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(k[u][d]), qv, acc[u]);
+      }
+      for (int u = 0; u < KG; ++u) s[j0 + u] = acc[u];
+    }
+    __mmask16 valid[R];
+    __m512 top = mx;
+    for (int j = 0; j < R; ++j) {
+      const __m512i pos = _mm512_set1_epi32(kb.pos + j);
+      valid[j] =
+          j >= kb.j0 && j < kb.j1
+              ? __mmask16(_mm512_cmple_epi32_mask(first, pos) & _mm512_cmple_epi32_mask(pos, last))
+              : __mmask16(0);
+      s[j] = _mm512_mask_mov_ps(neg_inf, valid[j], s[j]);
+      top = _mm512_max_ps(top, s[j]);
+    }
+    // Rows that have seen no key yet keep max -inf: shift by 0 there, so
+    // that their e^(s - max) are e^-inf = 0, not NaN.
+    const __m512 shift =
+        _mm512_mask_mov_ps(top, _mm512_cmp_ps_mask(top, neg_inf, _CMP_EQ_OQ), _mm512_setzero_ps());
+    const __m512 alpha = exp512(_mm512_sub_ps(mx, shift));
+    l = _mm512_mul_ps(l, alpha);
+    for (int j = kb.j0; j < kb.j1; ++j) {
+      const __m512 p = _mm512_maskz_mov_ps(valid[j], exp512(_mm512_sub_ps(s[j], shift)));
+      l = _mm512_add_ps(l, p);
+      _mm512_storeu_ps(pt + j * R, p);
+    }
+    mx = top;
+    for (int d0 = 0; d0 < DIM; d0 += 8) {
+      __m512 o[8];
+      for (int i = 0; i < 8; ++i) o[i] = _mm512_mul_ps(_mm512_loadu_ps(ot + (d0 + i) * R), alpha);
+      const float* v = kb.v + kb.j0 * stride + d0;
+      for (int j = kb.j0; j < kb.j1; ++j, v += stride) {
+        const __m512 p = _mm512_loadu_ps(pt + j * R);
+        for (int i = 0; i < 8; ++i) o[i] = _mm512_fmadd_ps(_mm512_set1_ps(v[i]), p, o[i]);
+      }
+      for (int i = 0; i < 8; ++i) _mm512_storeu_ps(ot + (d0 + i) * R, o[i]);
+    }
+  }
+  float inv[R];
+  _mm512_storeu_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), l));
+  for (int m = 0; m < r.count; ++m)
+    for (int d = 0; d < DIM; ++d) r.out[m][d] = ot[d * R + m] * inv[m];
+}
+
+void tile(const TileRows& rows, const KeyBlock* blocks, int64_t nblocks, int64_t stride,
+          int64_t dim, float scale, float* scratch) {
+  switch (dim) {
+    case 64: return tile_of<64>(rows, blocks, nblocks, stride, scale, scratch);
+    case 128: return tile_of<128>(rows, blocks, nblocks, stride, scale, scratch);
+    case 256: return tile_of<256>(rows, blocks, nblocks, stride, scale, scratch);
+    default: return tile_of<512>(rows, blocks, nblocks, stride, scale, scratch);
+  }
+}
+
 }  // namespace
 
-const AttentionKernels kAvx512Attention = {scores, values, exp_sum};
+const AttentionKernels kAvx512Attention = {scores, values, exp_sum, tile};
 
 }  // namespace tandem::cpu::detail

@@ -85,7 +85,7 @@ float exp_sum_scalar(float* x, int64_t n, float shift) {
 
 }  // namespace
 
-const AttentionKernels kScalarAttention = {scores_scalar, values_scalar, exp_sum_scalar};
+const AttentionKernels kScalarAttention = {scores_scalar, values_scalar, exp_sum_scalar, nullptr};
 
 // Scalar code has no cache blocking to gain from: one kernel serves both.
 const IsaKernels kScalarKernels = {"scalar", stream_scalar, stream_scalar, dot_scalar, axpy_scalar};
@@ -498,6 +498,22 @@ void attention_scores(const float* q, int nq, int64_t q_stride, const float* k, 
 void attention_values(const float* p, int nq, int64_t p_stride, const float* v, int64_t v_stride,
                       int64_t nk, int64_t dim, float* out, int64_t out_stride) {
   attention_kernels().values(p, nq, p_stride, v, v_stride, nk, dim, out, out_stride);
+}
+
+bool attention_tile_supported(int64_t dim) {
+  return attention_kernels().tile && (dim == 64 || dim == 128 || dim == 256 || dim == 512);
+}
+
+size_t attention_tile_floats(int64_t dim) {
+  // Queries and outputs transposed, a block's probabilities.
+  return size_t(2 * kTileRows * dim + kTileRows * kTileRows);
+}
+
+void attention_tile(const TileRows& rows, const KeyBlock* blocks, int64_t nblocks, int64_t stride,
+                    int64_t dim, float scale, float* scratch) {
+  if (!attention_tile_supported(dim))
+    fail("attention_tile: head dim %lld is not supported", (long long)dim);
+  attention_kernels().tile(rows, blocks, nblocks, stride, dim, scale, scratch);
 }
 
 const detail::GatedKernels& detail::gated_kernels() {

@@ -88,6 +88,35 @@ void attention_values(const float* p, int nq, int64_t p_stride, const float* v, 
                       int64_t nk, int64_t dim, float* out, int64_t out_stride);
 float exp_shifted_sum(float* x, int64_t n, float shift);
 
+// Flash-style attention of up to kTileRows query rows of one kv head
+// (prefill): every KV block's keys are scored for all rows at once (a
+// vector lane a row, so the softmax needs no horizontal sums), the softmax
+// runs online block by block, and out[m] = Σ softmax(scale · q_m · k) · v
+// over the positions in [first[m], last[m]]. Blocks are kTileRows positions
+// from `pos`, row i of the kv head at k + i · stride and v + i · stride
+// (every row readable; only keys [j0, j1) of a block may be attended, and
+// only their values are read). Blocks hold the rows' keys in increasing
+// position; each row must see at least one key. Only where
+// attention_tile_supported(dim) (AVX-512, head dims 64, 128, 256, 512);
+// scratch: attention_tile_floats(dim) floats.
+constexpr int kTileRows = 16;
+struct TileRows {
+  int count = 0;                   // rows in use, 1..kTileRows
+  const float* q[kTileRows] = {};  // row m's query (dim values)
+  float* out[kTileRows] = {};      // row m's output (dim values)
+  int32_t first[kTileRows] = {};   // the positions row m attends, inclusive
+  int32_t last[kTileRows] = {};
+};
+struct KeyBlock {
+  const float* k;
+  const float* v;
+  int32_t pos, j0, j1;
+};
+bool attention_tile_supported(int64_t dim);
+size_t attention_tile_floats(int64_t dim);
+void attention_tile(const TileRows& rows, const KeyBlock* blocks, int64_t nblocks, int64_t stride,
+                    int64_t dim, float scale, float* scratch);
+
 // The ISA chosen at run time ("avx512", "avx2", "scalar"); TANDEM_ISA=avx2|scalar
 // in the environment forces a narrower one (tests use it to cover each path).
 std::string_view active_isa();

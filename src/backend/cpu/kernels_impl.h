@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/kernels.h"
 #include "core/tensor.h"
 
 namespace tandem::cpu::detail {
@@ -80,6 +81,10 @@ struct AttentionKernels {
   void (*values)(const float* p, int nq, int64_t p_stride, const float* v, int64_t v_stride,
                  int64_t nk, int64_t dim, float* out, int64_t out_stride);
   float (*exp_sum)(float* x, int64_t n, float shift);
+  // kernels.h's attention_tile for head dims 64, 128, 256 and 512; null
+  // where the ISA has none.
+  void (*tile)(const TileRows& rows, const KeyBlock* blocks, int64_t nblocks, int64_t stride,
+               int64_t dim, float scale, float* scratch);
 };
 extern const AttentionKernels kScalarAttention;  // kernels.cpp (also the AVX2 path)
 extern const AttentionKernels kAvx512Attention;  // attention_avx512.cpp

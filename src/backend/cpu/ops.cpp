@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -99,8 +100,73 @@ void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+namespace {
+
+// Steps of at least this many tokens of a sequence take attention_tiles.
+constexpr int64_t kTileMinTokens = 4;
+
+// Prefill attention on attention_tile: a task is one kv head and up to
+// kTileRows query rows — consecutive tokens' query heads of that kv head
+// (kTileRows / group tokens a task), or a slice of one token's heads when
+// the group is larger — which score each KV block once for all of them.
+void attention_tiles(ThreadPool& pool, const float* q, int64_t pos0, int64_t n,
+                     const AttentionParams& p, float* out) {
+  const int64_t group = p.heads / p.kv_heads, dim = p.head_dim;
+  const int64_t kv_dim = p.kv_heads * dim, q_dim = p.heads * dim;
+  const int64_t block_floats = p.block_size * kv_dim;
+  const int64_t tokens = group >= kTileRows ? 1 : kTileRows / group;  // a task's tokens
+  const int64_t slices = (group + kTileRows - 1) / kTileRows;         // a token's head slices
+  const int64_t per_head = (n + tokens - 1) / tokens * slices;        // tasks of a kv head
+  pool.parallel_for(p.kv_heads * per_head, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(attention_tile_floats(dim));
+    std::vector<KeyBlock> blocks;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t kvh = task / per_head, i = task % per_head;
+      const int64_t t0 = i / slices * tokens, t1 = std::min(n, t0 + tokens);
+      const int64_t g0 = i % slices * kTileRows, g1 = std::min(group, g0 + kTileRows);
+      TileRows rows;
+      int64_t lo = INT64_MAX, hi = 0;  // the keys any row attends
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t pos = pos0 + t;
+        const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
+        const int64_t last = p.key_end ? p.key_end[t] - 1 : pos;
+        lo = std::min(lo, first);
+        hi = std::max(hi, last);
+        for (int64_t g = g0; g < g1; ++g) {
+          const int64_t h = kvh * group + g;
+          rows.q[rows.count] = q + t * q_dim + h * dim;
+          rows.out[rows.count] = out + t * q_dim + h * dim;
+          rows.first[rows.count] = int32_t(first);
+          rows.last[rows.count] = int32_t(last);
+          ++rows.count;
+        }
+      }
+      blocks.clear();
+      for (int64_t b = lo / p.block_size; b <= hi / p.block_size; ++b) {
+        const int64_t at = p.blocks[b - p.first_block] * block_floats + kvh * dim;
+        const int64_t start = b * p.block_size;
+        blocks.push_back({p.k_base + at, p.v_base + at, int32_t(start),
+                          int32_t(std::max<int64_t>(0, lo - start)),
+                          int32_t(std::min(p.block_size, hi + 1 - start))});
+      }
+      attention_tile(rows, blocks.data(), int64_t(blocks.size()), kv_dim, dim, p.scale,
+                     scratch.data());
+    }
+  });
+}
+
+}  // namespace
+
 void attention(ThreadPool& pool, const float* q, int64_t pos0, int64_t n, const AttentionParams& p,
                float* out) {
+  // Several tokens (prefill) take the tiles where this processor has them:
+  // on the 2-core EPYC llama-3.2-1B shapes prefill 4,096 tokens at 201 tok/s
+  // instead of 115, 2,048 at 262-271 instead of 200. Soft-capped scores and
+  // decode steps take the per-token path below.
+  if (n >= kTileMinTokens && p.softcap == 0.0f && p.block_size == kTileRows &&
+      pos0 + n < INT32_MAX && attention_tile_supported(p.head_dim))
+    return attention_tiles(pool, q, pos0, n, p, out);
   const int64_t group = p.heads / p.kv_heads;
   const int64_t kv_dim = p.kv_heads * p.head_dim;
   const int64_t q_dim = p.heads * p.head_dim;
