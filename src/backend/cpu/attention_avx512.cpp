@@ -208,15 +208,7 @@ void tile_of(const TileRows& r, const KeyBlock* blocks, int64_t nblocks, int64_t
     for (int d = 0; d < DIM; ++d) r.out[m][d] = ot[d * R + m] * inv[m];
 }
 
-void tile(const TileRows& rows, const KeyBlock* blocks, int64_t nblocks, int64_t stride,
-          int64_t dim, float scale, float* scratch) {
-  switch (dim) {
-    case 64: return tile_of<64>(rows, blocks, nblocks, stride, scale, scratch);
-    case 128: return tile_of<128>(rows, blocks, nblocks, stride, scale, scratch);
-    case 256: return tile_of<256>(rows, blocks, nblocks, stride, scale, scratch);
-    default: return tile_of<512>(rows, blocks, nblocks, stride, scale, scratch);
-  }
-}
+#include "backend/cpu/attention_tile_dims.inc"
 
 }  // namespace
 

@@ -486,7 +486,14 @@ float dot(const float* a, const float* b, int64_t n) {
 
 namespace {
 const detail::AttentionKernels& attention_kernels() {
-  return current_isa() == kAvx512 ? detail::kAvx512Attention : detail::kScalarAttention;
+  static const detail::AttentionKernels avx2 = {
+      detail::kScalarAttention.scores, detail::kScalarAttention.values,
+      detail::kScalarAttention.exp_sum, detail::kAvx2Attention.tile};
+  switch (current_isa()) {
+    case kAvx512: return detail::kAvx512Attention;
+    case kAvx2: return avx2;
+    default: return detail::kScalarAttention;
+  }
 }
 }  // namespace
 
@@ -517,7 +524,11 @@ void attention_tile(const TileRows& rows, const KeyBlock* blocks, int64_t nblock
 }
 
 const detail::GatedKernels& detail::gated_kernels() {
-  return current_isa() == kAvx512 ? detail::kAvx512Gated : detail::kScalarGated;
+  switch (current_isa()) {
+    case kAvx512: return detail::kAvx512Gated;
+    case kAvx2: return detail::kAvx2Gated;
+    default: return detail::kScalarGated;
+  }
 }
 
 float exp_shifted_sum(float* x, int64_t n, float shift) {

@@ -97,7 +97,7 @@ float exp_shifted_sum(float* x, int64_t n, float shift);
 // (every row readable; only keys [j0, j1) of a block may be attended, and
 // only their values are read). Blocks hold the rows' keys in increasing
 // position; each row must see at least one key. Only where
-// attention_tile_supported(dim) (AVX-512, head dims 64, 128, 256, 512);
+// attention_tile_supported(dim) (AVX2 or AVX-512, head dims 64, 128, 256, 512);
 // scratch: attention_tile_floats(dim) floats.
 constexpr int kTileRows = 16;
 struct TileRows {

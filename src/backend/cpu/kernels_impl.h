@@ -86,15 +86,18 @@ struct AttentionKernels {
   void (*tile)(const TileRows& rows, const KeyBlock* blocks, int64_t nblocks, int64_t stride,
                int64_t dim, float scale, float* scratch);
 };
-extern const AttentionKernels kScalarAttention;  // kernels.cpp (also the AVX2 path)
+extern const AttentionKernels
+    kScalarAttention;  // kernels.cpp (AVX2 takes its scores, values, exp_sum)
 extern const AttentionKernels kAvx512Attention;  // attention_avx512.cpp
+extern const AttentionKernels kAvx2Attention;    // attention_avx2.cpp: the tile only
 
 // The MLP's gated activations (ops.h's silu_mul, gelu_tanh_mul).
 struct GatedKernels {
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   void (*gelu_tanh_mul)(float* gate, const float* up, int64_t n);
 };
-extern const GatedKernels kScalarGated;  // ops.cpp (also the AVX2 path)
+extern const GatedKernels kScalarGated;  // ops.cpp
+extern const GatedKernels kAvx2Gated;    // activations_avx2.cpp
 extern const GatedKernels kAvx512Gated;  // activations_avx512.cpp
 const GatedKernels& gated_kernels();     // kernels.cpp: the active ISA's
 
