@@ -3,6 +3,7 @@
 // lossless affine re-packing; every malformed-file error.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -89,9 +90,8 @@ TEST(GgufBlocks, Q4_K) {
 }
 
 // d = 0.25, scales ±(k+1), q = v mod 64 (6 bits: 4 in ql, 2 in qh).
-TEST(GgufBlocks, Q6_K) {
-  int q[256];
-  for (int v = 0; v < 256; ++v) q[v] = v % 64;
+// A Q6_K block with codes q[256] (0..63), sub-block scales sc[16] and d.
+std::vector<uint8_t> q6k_block(const int* q, const int* sc, float d) {
   std::vector<uint8_t> b(210, 0);
   for (int n = 0; n < 2; ++n)
     for (int l = 0; l < 32; ++l) {
@@ -101,14 +101,19 @@ TEST(GgufBlocks, Q6_K) {
       b[size_t(128 + 32 * n + l)] = uint8_t((h[l] >> 4) | ((h[l + 32] >> 4) << 2) |
                                             ((h[l + 64] >> 4) << 4) | ((h[l + 96] >> 4) << 6));
     }
+  for (int k = 0; k < 16; ++k) b[size_t(192 + k)] = uint8_t(int8_t(sc[k]));
+  const uint16_t h = f32_to_f16(d);
+  b[208] = uint8_t(h & 0xFF);
+  b[209] = uint8_t(h >> 8);
+  return b;
+}
+
+TEST(GgufBlocks, Q6_K) {
+  int q[256];
+  for (int v = 0; v < 256; ++v) q[v] = v % 64;
   int sc[16];
-  for (int k = 0; k < 16; ++k) {
-    sc[k] = k % 2 ? -(k + 1) : k + 1;
-    b[size_t(192 + k)] = uint8_t(int8_t(sc[k]));
-  }
-  const uint16_t d = f32_to_f16(0.25f);
-  b[208] = uint8_t(d & 0xFF);
-  b[209] = uint8_t(d >> 8);
+  for (int k = 0; k < 16; ++k) sc[k] = k % 2 ? -(k + 1) : k + 1;
+  const std::vector<uint8_t> b = q6k_block(q, sc, 0.25f);
   const auto y = dequant(GgmlType::Q6_K, b, 256);
   EXPECT_EQ(y[0], -8.0f);      // 0.25 · 1 · (0 − 32)
   EXPECT_EQ(y[16], 8.0f);      // 0.25 · −2 · (16 − 32)
@@ -160,6 +165,55 @@ TEST(GgufBlocks, AffineIsLossless) {
       EXPECT_LT(err / norm, t == GgmlType::Q8_0 ? 0.01 : 0.15) << ggml_type_name(t);
     }
   }
+}
+
+// Q6_K re-quantized to 8 bits in groups of 32: the sub-block with the larger
+// |scale| of each group exact, the other within an eighth of that scale;
+// equal |scales| of opposite signs whose codes reach both ends take the
+// group's min/max grid, within (max - min) / 510.
+TEST(GgufBlocks, Q6KRequantizedTo8BitsStaysWithinItsBound) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> code(0, 63), scale(-128, 127);
+  const int64_t rows = 4, cols = 512;  // 8 blocks
+  std::vector<uint8_t> blocks;
+  std::vector<std::array<int, 16>> scs;
+  for (int blk = 0; blk < rows * cols / 256; ++blk) {
+    int q[256];
+    std::array<int, 16> sc;
+    for (int& v : q) v = code(rng);
+    for (int& v : sc) v = scale(rng);
+    if (blk == 0) {  // the fallback: ±s at both ends of the codes
+      sc[0] = 40, sc[1] = -40;
+      q[0] = 0, q[16] = 0;
+    }
+    if (blk == 1) sc[2] = sc[3] = 0;   // a group of zeros
+    if (blk == 2) sc[4] = sc[5] = -7;  // equal scales: lossless
+    const auto b = q6k_block(q, sc.data(), 0.01f * float(blk + 1));
+    blocks.insert(blocks.end(), b.begin(), b.end());
+    scs.push_back(sc);
+  }
+  const auto want = dequant(GgmlType::Q6_K, blocks, rows * cols);
+  OwnedBuffers owned;
+  uint64_t bytes = 0;
+  const WeightMatrix w = gguf_q6k_to_affine(blocks.data(), rows, cols, owned, bytes);
+  EXPECT_NO_THROW(check_affine(w, "test"));
+  EXPECT_EQ(w.bits, 8);
+  EXPECT_EQ(w.group_size, 32);
+  EXPECT_EQ(bytes, uint64_t(rows * cols + rows * cols / 32 * 8));
+  const std::vector<float> got = test::matrix_values(w);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const int64_t blk = i / 256, g = i % 256 / 32, sub = i % 256 / 16;
+    const float d = f16_to_f32(f32_to_f16(0.01f * float(blk + 1)));
+    const int sa = scs[size_t(blk)][size_t(2 * g)], sb = scs[size_t(blk)][size_t(2 * g + 1)];
+    const float m = d * float(std::max(std::abs(sa), std::abs(sb)));
+    const bool larger =
+        std::abs(scs[size_t(blk)][size_t(sub)]) == std::max(std::abs(sa), std::abs(sb));
+    double bound = larger ? 1e-6 * (std::fabs(want[size_t(i)]) + m) : m / 8 * (1 + 1e-5);
+    if (blk == 0 && g == 0) bound = 2 * 40 * 32 * d / 510 * (1 + 1e-5);
+    ASSERT_LE(std::fabs(got[size_t(i)] - want[size_t(i)]), bound)
+        << "value " << i << " (block " << blk << ", group " << g << ")";
+  }
+  EXPECT_THROW(gguf_q6k_to_affine(blocks.data(), 1, 128, owned, bytes), Error);
 }
 
 // ---- Reader ------------------------------------------------------------------------

@@ -207,4 +207,63 @@ WeightMatrix gguf_to_affine(GgmlType t, const uint8_t* src, int64_t rows, int64_
   return w;
 }
 
+WeightMatrix gguf_q6k_to_affine(const uint8_t* src, int64_t rows, int64_t cols, OwnedBuffers& owned,
+                                uint64_t& owned_bytes) {
+  constexpr int64_t kBlock = 256, kBlockBytes = 210;
+  if (cols % kBlock != 0)
+    fail("gguf_q6k_to_affine: %lld columns are not whole Q6_K blocks", (long long)cols);
+  WeightMatrix w;
+  w.format = WeightFormat::Affine;
+  w.dtype = DType::F32;
+  w.rows = rows;
+  w.cols = cols;
+  w.bits = 8;
+  w.group_size = 32;
+  const int64_t groups = rows * (cols / 32);
+  auto* codes = allocate(size_t(rows * cols), owned, owned_bytes);
+  auto* scales = reinterpret_cast<float*>(allocate(size_t(groups) * 4, owned, owned_bytes));
+  auto* biases = reinterpret_cast<float*>(allocate(size_t(groups) * 4, owned, owned_bytes));
+  std::vector<float> v(kBlock);
+  for (int64_t blk = 0; blk < rows * (cols / kBlock); ++blk) {
+    const uint8_t* b = src + blk * kBlockBytes;
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = f16_at(b + 208);
+    q6_k_block(b, v.data());
+    for (int g = 0; g < kBlock / 32; ++g) {
+      const int64_t at = blk * (kBlock / 32) + g;  // the group's index in the matrix
+      const float* x = v.data() + 32 * g;
+      uint8_t* c = codes + at * 32;
+      const float m =
+          std::max(std::fabs(d * float(sc[2 * g])), std::fabs(d * float(sc[2 * g + 1])));
+      int q[32], lo = INT32_MAX, hi = INT32_MIN;
+      const float step = m / 4.0f;
+      for (int i = 0; i < 32 && step > 0.0f; ++i) {
+        q[i] = int(std::lrint(x[i] / step));
+        lo = std::min(lo, q[i]);
+        hi = std::max(hi, q[i]);
+      }
+      if (!(step > 0.0f)) {  // both sub-blocks scaled by 0 (or d is not finite)
+        scales[at] = step;
+        biases[at] = 0.0f;
+        std::memset(c, 0, 32);
+      } else if (hi - lo <= 255) {
+        scales[at] = step;
+        biases[at] = float(lo) * step;
+        for (int i = 0; i < 32; ++i) c[i] = uint8_t(q[i] - lo);
+      } else {  // codes from -128 to 128: the group's min/max grid instead
+        const auto [mn, mx] = std::minmax_element(x, x + 32);
+        const float s = (*mx - *mn) / 255.0f;
+        scales[at] = s;
+        biases[at] = *mn;
+        for (int i = 0; i < 32; ++i)
+          c[i] = uint8_t(std::clamp(std::lrint((x[i] - *mn) / s), 0L, 255L));
+      }
+    }
+  }
+  w.data = codes;
+  w.scales = scales;
+  w.biases = biases;
+  return w;
+}
+
 }  // namespace tandem

@@ -22,7 +22,8 @@
 //    exact in f32 (11-bit × 6-bit products) but not in f16/bf16, so the f32
 //    storage is what makes it lossless (6 bits per weight instead of 4.5).
 //  - Q6_K has groups of 16 (the kernels take 32/64/128) and 6-bit codes: it is
-//    dequantized instead (gguf_model.cpp: to BF16, the one lossy conversion).
+//    re-quantized to 8 bits in groups of 32 (gguf_q6k_to_affine), the one
+//    lossy conversion.
 #pragma once
 
 #include <cstdint>
@@ -46,5 +47,18 @@ bool gguf_affine_lossless(GgmlType t);
 // values gguf_dequantize gives.
 WeightMatrix gguf_to_affine(GgmlType t, const uint8_t* src, int64_t rows, int64_t cols,
                             OwnedBuffers& owned, uint64_t& owned_bytes);
+
+// Re-quantizes a [rows, cols] Q6_K tensor (cols a multiple of 256) at `src`
+// to 8-bit affine codes in groups of 32 with F32 scales (1.25 bytes a
+// weight; BF16, the alternative, takes 2 and the int8 kernels run 8-bit
+// codes faster), new buffers appended to `owned`. A group is two Q6_K
+// sub-blocks of 16, scaled d·sc_a and d·sc_b: the scale m / 4, m = max(|d·sc_a|,
+// |d·sc_b|), puts the larger sub-block's values exactly on the grid (codes
+// ±4·(q − 32) shifted to start at 0) and the other's within m / 8 of theirs
+// (an eighth of the larger sub-block's own Q6_K step); a group whose codes
+// would span 257 values (sub-blocks of equal |scale| and opposite signs at
+// both ends) takes its min/max grid instead (within (max − min) / 510).
+WeightMatrix gguf_q6k_to_affine(const uint8_t* src, int64_t rows, int64_t cols, OwnedBuffers& owned,
+                                uint64_t& owned_bytes);
 
 }  // namespace tandem

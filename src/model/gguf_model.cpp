@@ -255,17 +255,7 @@ class GgufWeights {
       case GgmlType::Q8_0:
       case GgmlType::Q4_0:
       case GgmlType::Q4_K: return gguf_to_affine(t.type, src, rows, cols, m_.owned, m_.owned_bytes);
-      case GgmlType::Q6_K: {
-        w.dtype = DType::BF16;
-        auto* dst = reinterpret_cast<uint16_t*>(allocate(size_t(rows * cols) * 2));
-        std::vector<float> row(static_cast<size_t>(cols));
-        for (int64_t r = 0; r < rows; ++r) {
-          gguf_dequantize(t.type, src + size_t(r) * row_bytes, cols, row.data());
-          for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = f32_to_bf16(row[size_t(c)]);
-        }
-        src = reinterpret_cast<const uint8_t*>(dst);
-        break;
-      }
+      case GgmlType::Q6_K: return gguf_q6k_to_affine(src, rows, cols, m_.owned, m_.owned_bytes);
     }
     w.data = src;
     if (o_.quantize_bits != 0 && cols % o_.quantize_group_size == 0)
