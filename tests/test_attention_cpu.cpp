@@ -142,6 +142,17 @@ TEST(CpuAttention, PrefillTilesMatchTheReference) {
   check(Case{2, 1, 256, 500, 130, /*window=*/512, 0.0f, true}, 207);
 }
 
+// Decode steps (1-3 tokens) past 512 positions split each token's keys in
+// ranges of whole KV blocks for every head, merged at the end.
+TEST(CpuAttention, LongDecodeKeyRangesMatchTheReference) {
+  check(Case{4, 1, 256, 700, 1}, 301);
+  check(Case{32, 8, 64, 1500, 1}, 302);
+  check(Case{6, 2, 72, 999, 3}, 303);                   // a dim off the tiles'
+  check(Case{8, 1, 256, 900, 2, /*window=*/512}, 304);  // a sliding layer
+  check(Case{4, 2, 128, 600, 1, 0, /*softcap=*/30.0f}, 305);
+  check(Case{4, 2, 64, 520, 3, 0, 0.0f, /*bidirectional=*/true}, 306);
+}
+
 TEST(CpuAttention, ExpShiftedSumIsExpfToAFewUlps) {
   // Softmax arguments: from 0 down past f32's smallest exp (e^-104 = 0).
   std::vector<float> x;
