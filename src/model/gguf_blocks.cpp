@@ -235,18 +235,20 @@ WeightMatrix gguf_q6k_to_affine(const uint8_t* src, int64_t rows, int64_t cols, 
       uint8_t* c = codes + at * 32;
       const float m =
           std::max(std::fabs(d * float(sc[2 * g])), std::fabs(d * float(sc[2 * g + 1])));
-      int q[32], lo = INT32_MAX, hi = INT32_MIN;
       const float step = m / 4.0f;
-      for (int i = 0; i < 32 && step > 0.0f; ++i) {
-        q[i] = int(std::lrint(x[i] / step));
-        lo = std::min(lo, q[i]);
-        hi = std::max(hi, q[i]);
-      }
       if (!(step > 0.0f)) {  // both sub-blocks scaled by 0 (or d is not finite)
         scales[at] = step;
         biases[at] = 0.0f;
         std::memset(c, 0, 32);
-      } else if (hi - lo <= 255) {
+        continue;
+      }
+      int q[32], lo = INT32_MAX, hi = INT32_MIN;
+      for (int i = 0; i < 32; ++i) {
+        q[i] = int(std::lrint(x[i] / step));
+        lo = std::min(lo, q[i]);
+        hi = std::max(hi, q[i]);
+      }
+      if (hi - lo <= 255) {
         scales[at] = step;
         biases[at] = float(lo) * step;
         for (int i = 0; i < 32; ++i) c[i] = uint8_t(q[i] - lo);

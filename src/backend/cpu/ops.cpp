@@ -107,6 +107,33 @@ namespace {
 constexpr int64_t kTileMinTokens = 4;
 constexpr int64_t kKeyRangesMinKeys = 512;
 
+// The positions [first, last] token t (at pos0 + t) attends: its window (or
+// every earlier one), up to itself or its image's end (key_end).
+std::pair<int64_t, int64_t> key_range(const AttentionParams& p, int64_t pos0, int64_t t) {
+  const int64_t pos = pos0 + t;
+  const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
+  return {first, p.key_end ? p.key_end[t] - 1 : pos};
+}
+
+// Runs f(first position, count, offset of its rows from k_base / v_base)
+// over the positions [k0, k1), one run per KV block. prefetch: also fetch
+// the next block of that base ahead of f (null: none).
+template <typename F>
+void for_block_runs(const AttentionParams& p, int64_t k0, int64_t k1, const float* prefetch,
+                    F&& f) {
+  const int64_t kv_dim = p.kv_heads * p.head_dim, block_floats = p.block_size * kv_dim;
+  for (int64_t pos = k0; pos < k1;) {
+    const int64_t stop = std::min(k1, (pos / p.block_size + 1) * p.block_size);
+    if (prefetch && stop < k1) {
+      const float* next = prefetch + p.blocks[stop / p.block_size - p.first_block] * block_floats;
+      for (int64_t i = 0; i < block_floats; i += 16) __builtin_prefetch(next + i, 0, 3);
+    }
+    const int64_t b = p.blocks[pos / p.block_size - p.first_block];
+    f(pos, stop - pos, b * block_floats + (pos % p.block_size) * kv_dim);
+    pos = stop;
+  }
+}
+
 // Prefill attention on attention_tile: a task is one kv head and up to
 // kTileRows query rows — consecutive tokens' query heads of that kv head
 // (kTileRows / group tokens a task), or a slice of one token's heads when
@@ -130,9 +157,7 @@ void attention_tiles(ThreadPool& pool, const float* q, int64_t pos0, int64_t n,
       TileRows rows;
       int64_t lo = INT64_MAX, hi = 0;  // the keys any row attends
       for (int64_t t = t0; t < t1; ++t) {
-        const int64_t pos = pos0 + t;
-        const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
-        const int64_t last = p.key_end ? p.key_end[t] - 1 : pos;
+        const auto [first, last] = key_range(p, pos0, t);
         lo = std::min(lo, first);
         hi = std::max(hi, last);
         for (int64_t g = g0; g < g1; ++g) {
@@ -169,16 +194,10 @@ void attention_key_ranges(ThreadPool& pool, const float* q, int64_t pos0, int64_
                           const AttentionParams& p, float* out) {
   const int64_t group = p.heads / p.kv_heads, dim = p.head_dim, heads = p.heads;
   const int64_t kv_dim = p.kv_heads * dim, q_dim = heads * dim;
-  const int64_t block_floats = p.block_size * kv_dim;
-  auto range_of = [&](int64_t t) {
-    const int64_t pos = pos0 + t;
-    const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
-    return std::pair<int64_t, int64_t>{first, p.key_end ? p.key_end[t] - 1 : pos};
-  };
   // Keys a task: enough tasks for two per thread, at least 16 blocks each.
   int64_t most = 0;
   for (int64_t t = 0; t < n; ++t) {
-    const auto [first, last] = range_of(t);
+    const auto [first, last] = key_range(p, pos0, t);
     most = std::max(most, last - first + 1);
   }
   const int64_t per_token = std::max<int64_t>(1, 2 * pool.size() / n);
@@ -188,7 +207,7 @@ void attention_key_ranges(ThreadPool& pool, const float* q, int64_t pos0, int64_
   // Tasks: token t's ranges [first + c·span, ...), c < ranges(t).
   std::vector<int64_t> task_begin(size_t(n) + 1, 0);
   for (int64_t t = 0; t < n; ++t) {
-    const auto [first, last] = range_of(t);
+    const auto [first, last] = key_range(p, pos0, t);
     task_begin[size_t(t) + 1] = task_begin[size_t(t)] + (last - first + span) / span;
   }
   const int64_t tasks = task_begin[size_t(n)];
@@ -199,27 +218,14 @@ void attention_key_ranges(ThreadPool& pool, const float* q, int64_t pos0, int64_
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t =
           std::upper_bound(task_begin.begin(), task_begin.end(), task) - task_begin.begin() - 1;
-      const auto [first, last] = range_of(t);
+      const auto [first, last] = key_range(p, pos0, t);
       const int64_t k0 = first + (task - task_begin[size_t(t)]) * span;
       const int64_t k1 = std::min(last + 1, k0 + span), count = k1 - k0;
       scores.resize(size_t(heads * count));
-      // Runs of positions [at, at + keys) inside one KV block, at `offset`,
-      // the next block of `base` prefetched (the heads' passes over a block
-      // jump between rows, which the hardware prefetchers do not follow).
-      auto for_runs = [&](const float* base, auto&& f) {
-        for (int64_t pos = k0; pos < k1;) {
-          const int64_t stop = std::min(k1, (pos / p.block_size + 1) * p.block_size);
-          if (stop < k1) {
-            const float* next = base + p.blocks[stop / p.block_size - p.first_block] * block_floats;
-            for (int64_t i = 0; i < block_floats; i += 16) __builtin_prefetch(next + i, 0, 3);
-          }
-          const int64_t b = p.blocks[pos / p.block_size - p.first_block];
-          f(pos, stop - pos, b * block_floats + (pos % p.block_size) * kv_dim);
-          pos = stop;
-        }
-      };
+      // The next block prefetched: the heads' passes over a block jump
+      // between rows, which the hardware prefetchers do not follow.
       const float* qt = q + t * q_dim;
-      for_runs(p.k_base, [&](int64_t at, int64_t keys, int64_t offset) {
+      for_block_runs(p, k0, k1, p.k_base, [&](int64_t at, int64_t keys, int64_t offset) {
         for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh)
           attention_scores(qt + kvh * group * dim, int(group), dim, p.k_base + offset + kvh * dim,
                            kv_dim, keys, dim, p.scale,
@@ -234,7 +240,7 @@ void attention_key_ranges(ThreadPool& pool, const float* q, int64_t pos0, int64_
         part[h * (dim + 2) + 1] = exp_shifted_sum(sh, count, part[h * (dim + 2)]);
         std::fill_n(part + h * (dim + 2) + 2, dim, 0.0f);
       }
-      for_runs(p.v_base, [&](int64_t at, int64_t keys, int64_t offset) {
+      for_block_runs(p, k0, k1, p.v_base, [&](int64_t at, int64_t keys, int64_t offset) {
         for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh)
           attention_values(scores.data() + kvh * group * count + (at - k0), int(group), count,
                            p.v_base + offset + kvh * dim, kv_dim, keys, dim,
@@ -276,7 +282,6 @@ void attention(ThreadPool& pool, const float* q, int64_t pos0, int64_t n, const 
   const int64_t group = p.heads / p.kv_heads;
   const int64_t kv_dim = p.kv_heads * p.head_dim;
   const int64_t q_dim = p.heads * p.head_dim;
-  const int64_t block_floats = p.block_size * kv_dim;
   // A task is (token, kv head, `sub` of its query heads): the heads of a
   // task read each key and value row once for all of them. The whole group
   // when that gives every thread two tasks; else halves of it (decode of a
@@ -285,30 +290,18 @@ void attention(ThreadPool& pool, const float* q, int64_t pos0, int64_t n, const 
   while (sub > 1 && n * p.kv_heads * ((group + sub - 1) / sub) < 2 * pool.size())
     sub = (sub + 1) / 2;
   const int64_t subs = (group + sub - 1) / sub;
-  // Runs f(first position, count, rows at k_base's / v_base's offset) over
-  // the positions [first, last], one run per KV block.
-  auto for_runs = [&](int64_t first, int64_t last, auto&& f) {
-    for (int64_t pos = first; pos <= last;) {
-      const int64_t end = std::min(last + 1, (pos / p.block_size + 1) * p.block_size);
-      const int64_t b = p.blocks[pos / p.block_size - p.first_block];
-      f(pos, end - pos, b * block_floats + (pos % p.block_size) * kv_dim);
-      pos = end;
-    }
-  };
   pool.parallel_for(n * p.kv_heads * subs, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;  // [heads of the task][keys]
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = task / (p.kv_heads * subs), kvh = task / subs % p.kv_heads;
       const int64_t h0 = kvh * group + task % subs * sub;
       const int nq = int(std::min(sub, kvh * group + group - h0));
-      const int64_t pos = pos0 + t;
-      const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos - p.window + 1) : 0;
-      const int64_t last = p.key_end ? p.key_end[t] - 1 : pos;
+      const auto [first, last] = key_range(p, pos0, t);
       const int64_t count = last - first + 1;
       const float* qh = q + t * q_dim + h0 * p.head_dim;
       float* oh = out + t * q_dim + h0 * p.head_dim;
       scores.resize(size_t(nq * count));
-      for_runs(first, last, [&](int64_t at, int64_t keys, int64_t offset) {
+      for_block_runs(p, first, last + 1, nullptr, [&](int64_t at, int64_t keys, int64_t offset) {
         attention_scores(qh, nq, p.head_dim, p.k_base + offset + kvh * p.head_dim, kv_dim, keys,
                          p.head_dim, p.scale, scores.data() + (at - first), count);
       });
@@ -321,7 +314,7 @@ void attention(ThreadPool& pool, const float* q, int64_t pos0, int64_t n, const 
         for (int64_t j = 0; j < count; ++j) sg[j] *= inv_sum;
       }
       std::fill(oh, oh + nq * p.head_dim, 0.0f);
-      for_runs(first, last, [&](int64_t at, int64_t keys, int64_t offset) {
+      for_block_runs(p, first, last + 1, nullptr, [&](int64_t at, int64_t keys, int64_t offset) {
         attention_values(scores.data() + (at - first), nq, count,
                          p.v_base + offset + kvh * p.head_dim, kv_dim, keys, p.head_dim, oh,
                          p.head_dim);
