@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/affine_codes.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/mma.h"
 
 namespace tandem::cuda::affine {
@@ -126,6 +127,40 @@ struct StageWeights {
     return reinterpret_cast<const float*>(st + kBiasesAt)[r * 4 + ((c * 32) >> group_shift)];
   }
 };
+
+// The ring of S stages the int8 GEMMs stream through (gemm_affine_mma.cu,
+// gemm_affine_prefill.cu). Its prologue: the weights of stages 0 .. S - 2,
+// a commit group each, go out before the PDL wait (weights are never
+// written), their activations after it, a group each.
+template <int S, typename IssueWeights, typename IssueActs>
+__device__ __forceinline__ void ring_prologue(IssueWeights&& issue_weights,
+                                              IssueActs&& issue_acts) {
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) {
+    issue_weights(i);
+    cp_async_commit();
+  }
+  pdl_wait();
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) {
+    issue_acts(i);
+    cp_async_commit();
+  }
+}
+
+// Before stage i is read: stage i + S - 1 goes out as one group (empty past
+// the last stage, so the count holds), then the wait until at most S - 1
+// groups are pending — the prologue's and one a stage since, so stage i's
+// weights and activations have landed. The caller then synchronizes the
+// threads sharing the ring, so that every thread's copies are visible.
+template <int S, typename IssueWeights, typename IssueActs>
+__device__ __forceinline__ void ring_next(int i, IssueWeights&& issue_weights,
+                                          IssueActs&& issue_acts) {
+  issue_weights(i + S - 1);
+  issue_acts(i + S - 1);
+  cp_async_commit();
+  cp_async_wait<S - 1>();
+}
 
 // `w` as the GEMM kernels take it (a 4-bit AffineMatrix the caller has
 // checked: rows and columns fit an int).

@@ -123,29 +123,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       cp_async16(reinterpret_cast<uint16_t*>(st + meta_at + 16 * e),
                  meta + size_t(vs) * size_t(tokens) * 8 + size_t(16 * e), e < tokens * nv / 2);
   };
-#pragma unroll
-  for (int i = 0; i < S - 1; ++i) {
-    issue_weights(i);
-    cp_async_commit();
-  }
-  pdl_wait();
-#pragma unroll
-  for (int i = 0; i < S - 1; ++i) {
-    issue_acts(i);
-    cp_async_commit();
-  }
+  affine::ring_prologue<S>(issue_weights, issue_acts);
 
   const int mat = lane / 8, mrow = lane % 8;  // ldmatrix: lane l gives row l % 8 of matrix l / 8
   float acc[R][TILES][4] = {};
   for (int i = 0; i < stages; ++i) {
-    issue_weights(i + S - 1);
-    issue_acts(i + S - 1);
-    cp_async_commit();
-    // Stage i's groups are complete once at most S - 1 are pending: the
-    // prologue's S - 1 weight groups and S - 1 activation groups, then one
-    // a stage.
-    cp_async_wait<S - 1>();
-    __syncwarp();
+    affine::ring_next<S>(i, issue_weights, issue_acts);
+    __syncwarp();  // the ring is this warp's
     const uint8_t* st = slot(i);
     const int vs = v0 + kStageVecs * i;
 #pragma unroll

@@ -81,30 +81,14 @@ __global__ void __launch_bounds__(kThreads, 2)
                  in ? src : meta, in);
     }
   };
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    issue_weights(i);
-    cp_async_commit();
-  }
-  pdl_wait();
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    issue_acts(i);
-    cp_async_commit();
-  }
+  affine::ring_prologue<kStages>(issue_weights, issue_acts);
 
   const int mat = lane / 8, mrow = lane % 8;  // ldmatrix: lane l gives row l % 8 of matrix l / 8
   const int wrow = 32 * row_half, wtok = 16 * token_quarter;  // this warp's rows and tokens
   float acc[2][2][4] = {};
   for (int i = 0; i < stages; ++i) {
-    issue_weights(i + kStages - 1);
-    issue_acts(i + kStages - 1);
-    cp_async_commit();
-    // Stage i's groups are complete once at most kStages - 1 are pending
-    // (as in gemm_affine_mma.cu), and every thread's copies visible after
-    // the barrier.
-    cp_async_wait<kStages - 1>();
-    __syncthreads();
+    affine::ring_next<kStages>(i, issue_weights, issue_acts);
+    __syncthreads();  // the ring is the block's
     const uint8_t* st = slot(i);
     const int vs = kStageVecs * i;
 #pragma unroll
