@@ -210,6 +210,33 @@ TEST_F(EngineTest, AConstraintThatAllowsNoTokenFailsTheRequestClearly) {
   EXPECT_EQ(drain(*engine->submit(prompt_of(2, 8), greedy(3)), 5).finish, FinishReason::Length);
 }
 
+// logit_bias moves the model's logits before sampling: +100 forces a
+// token at every step, -100 bans the greedy choice, and an id outside the
+// vocabulary is refused at admission.
+TEST_F(EngineTest, LogitBiasForcesAndBansTokens) {
+  auto engine = make();
+  const std::vector<int32_t> plain = solo_greedy(*model_, prompt_of(1, 8), 4);
+  const int32_t forced = plain[0] == 42 ? 43 : 42;
+  GenerationParams p = greedy(4);
+  p.logit_bias = {{forced, 100.0f}};
+  EXPECT_EQ(drain(*engine->submit(prompt_of(1, 8), p), 5).ids, std::vector<int32_t>(4, forced));
+  p.logit_bias = {{plain[0], -100.0f}};
+  const Outcome banned = drain(*engine->submit(prompt_of(1, 8), p), 5);
+  ASSERT_EQ(banned.ids.size(), 4u);
+  EXPECT_NE(banned.ids[0], plain[0]);
+  for (int32_t id : banned.ids) EXPECT_NE(id, plain[0]);
+  p.logit_bias = {{int32_t(model_->spec.vocab), 1.0f}};
+  try {
+    engine->submit(prompt_of(1, 8), p);
+    ADD_FAILURE() << "admitted";
+  } catch (const AdmissionError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "logit_bias");
+  }
+  // Unbiased requests are unchanged beside them.
+  EXPECT_EQ(drain(*engine->submit(prompt_of(1, 8), greedy(4)), 5).ids, plain);
+}
+
 TEST_F(EngineTest, InjectedKvExhaustionMakesTheRequestWait) {
   auto engine = make({}, "kv-exhaust@1");
   auto a = engine->submit(prompt_of(1, 8), greedy(6));

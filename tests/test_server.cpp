@@ -90,6 +90,21 @@ TEST(ServerApi, CompletionsStreamAndNonStreamEqualTandemRun) {
   }
 }
 
+TEST(ServerApi, LogitBiasReachesTheSampler) {
+  LiveServer srv;
+  json body = {{"prompt", {5, 6, 7, 8}},
+               {"max_tokens", 3},
+               {"ignore_eos", true},
+               {"logit_bias", {{"42", 100}}}};
+  HttpResult r = post_json(srv.port(), "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(token_ids(r), (std::vector<int32_t>{42, 42, 42}));
+  body["logit_bias"] = json::object();  // empty: no bias
+  r = post_json(srv.port(), "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_NE(token_ids(r), (std::vector<int32_t>{42, 42, 42}));
+}
+
 TEST(ServerApi, NonStreamResponseShapeAndUsage) {
   LiveServer srv;
   json body = {{"model", "test-model"}, {"prompt", {5, 6, 7, 8}}, {"temperature", 0}};

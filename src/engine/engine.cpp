@@ -569,10 +569,10 @@ struct Engine::Impl {
 
   // Whether the runner samples this sequence's next token itself: it can,
   // and nothing needs the host's logits (an output constraint, logprobs,
-  // the forced-output test hook, an injected NaN fault).
+  // a logit bias, the forced-output test hook, an injected NaN fault).
   bool samples_on_device(const Sequence& seq) const {
     return decoder->samples_on_device() && !seq.constraint && seq.params.top_logprobs < 0 &&
-           config.forced_output.empty() && faults.nan_logits == 0;
+           seq.params.logit_bias.empty() && config.forced_output.empty() && faults.nan_logits == 0;
   }
 
   // The device sampling request of a sequence about to get its next token:
@@ -620,6 +620,7 @@ struct Engine::Impl {
       }
     std::vector<float> logprobs;
     if (seq.params.top_logprobs >= 0) log_softmax(logits, spec.vocab, logprobs);
+    for (auto [id, bias] : seq.params.logit_bias) logits[id] += bias;
     std::span<const int32_t> prompt(seq.tokens.data(), size_t(seq.prompt_len));
     std::span<const int32_t> output(seq.tokens.data() + seq.prompt_len, size_t(seq.generated()));
     const std::vector<int32_t>& forced = config.forced_output;
@@ -826,6 +827,12 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
         400, "messages",
         strprintf("the prompt is %zu tokens but the context is %lld tokens; shorten the prompt",
                   prompt.size(), (long long)m.max_context));
+  for (auto [id, bias] : params.logit_bias)
+    if (id < 0 || id >= spec.vocab)
+      throw AdmissionError(400, "logit_bias",
+                           strprintf("logit_bias names token id %d, outside the vocabulary [0, "
+                                     "%lld)",
+                                     id, (long long)spec.vocab));
   if (!params.stop.empty() && !m.streamer)
     throw AdmissionError(400, "stop",
                          "stop strings need a tokenizer, and this model was loaded without one");

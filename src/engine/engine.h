@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/constraint.h"
@@ -53,6 +54,13 @@ struct GenerationParams {
   // request. Logprobs are the model's, before the mask. Not applied while
   // EngineConfig::forced_output is set. Null: unconstrained.
   std::shared_ptr<const ConstraintFactory> constraint;
+  // OpenAI's logit_bias: (token id, bias) pairs added to the model's logits
+  // before the constraint mask, penalties and sampling (greedy included);
+  // ±100 in practice bans or forces a token. Logprobs are the model's,
+  // before the bias. Ids are checked against the vocabulary at submit. A
+  // biased sequence is sampled on the host (the device sampler takes no
+  // bias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 enum class FinishReason { None, Stop, Length, Error, Cancelled, Timeout };

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <random>
@@ -83,6 +84,28 @@ class Fields {
 
 std::string index_path(const std::string& base, size_t i) {
   return base + "[" + std::to_string(i) + "]";
+}
+
+// `logit_bias`: an object from token ids (decimal strings, as OpenAI's
+// API takes them) to biases in [-100, 100]. The ids are checked against the
+// vocabulary at admission (Engine::submit), where the model is known.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& lb) {
+  if (!lb.is_object()) throw invalid_type("logit_bias", "an object");
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : lb.items()) {
+    const std::string where = "logit_bias." + key;
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoll(key) > INT32_MAX)
+      throw invalid_value(where, "'logit_bias' keys are token ids (\"123\"), got \"" + key + "\"");
+    if (!value.is_number()) throw invalid_type(where, "a number");
+    const double bias = value.get<double>();
+    if (!(bias >= -100.0 && bias <= 100.0))
+      throw invalid_value(where, "a logit bias must be between -100 and 100, got " + value.dump());
+    out.emplace_back(int32_t(std::stoll(key)), float(bias));
+  }
+  return out;
 }
 
 // Fields shared by both endpoints.
@@ -182,10 +205,7 @@ void parse_common(const json& body, OpenAIRequest& r, double max_timeout_s) {
     }
   }
 
-  if (const json* lb = f.get("logit_bias")) {
-    if (!lb->is_object()) throw invalid_type("logit_bias", "an object");
-    if (!lb->empty()) throw unsupported("logit_bias", "'logit_bias' is not supported yet");
-  }
+  if (const json* lb = f.get("logit_bias")) r.params.logit_bias = logit_bias(*lb);
 }
 
 // One content part of a chat message.

@@ -4,7 +4,7 @@
 // and a bad one throws ApiError 400 naming it in `param` (nested fields as
 // `messages[2].content[0].text`); unknown fields are ignored (clients send
 // extras). Fields that would silently change the meaning of a request if
-// ignored (`echo`, `best_of` > 1, `suffix`, `logit_bias`, `n` != 1) are
+// ignored (`echo`, `best_of` > 1, `suffix`, `n` != 1) are
 // refused instead. The full field table is in docs/api.md.
 #pragma once
 
