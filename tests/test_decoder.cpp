@@ -155,6 +155,96 @@ TEST(KvPool, SlidingLayersHoldOnlyTheWindow) {
   EXPECT_EQ(kv_pool.free_count(AttentionKind::Sliding), kv_pool.total(AttentionKind::Sliding));
 }
 
+// The prefix cache's bookkeeping: published blocks outlive their holders as
+// cached blocks (still counted free), lookup() finds them by key and checks
+// the tokens, acquire() takes them out of the cache, allocate() hands out
+// never-published blocks first and then evicts the least recently released.
+TEST(KvPool, PublishedBlocksAreCachedSharedAndEvictedOldestFirst) {
+  auto model = load_model(test::fixture_dir("llama-f32"));  // full layers only
+  const ModelSpec& s = model->spec;
+  const AttentionKind F = AttentionKind::Full;
+  KvPool pool(s, 4, 0);
+  std::vector<int32_t> tokens(48);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(7 * i + 3);
+  const BlockKey k0 = block_key(0, tokens.data());
+  const BlockKey k1 = block_key(k0.hash, tokens.data() + 16);
+  const BlockKey k2 = block_key(k1.hash, tokens.data() + 32);
+  EXPECT_NE(k0.hash, k1.hash);
+  EXPECT_EQ(block_key(0, tokens.data()).hash, k0.hash);  // a function of the tokens only
+  BlockKey other = k1;
+  other.tokens[5] += 1;  // same hash claimed, different tokens: not a match
+  const int32_t a = pool.allocate(F), b = pool.allocate(F), c = pool.allocate(F);
+  pool.publish(F, a, k0);
+  pool.publish(F, b, k1);
+  pool.publish(F, c, k1);  // the key is taken: c stays unpublished
+  EXPECT_EQ(pool.lookup(F, k0), a);
+  EXPECT_EQ(pool.lookup(F, k1), b);
+  EXPECT_EQ(pool.lookup(F, other), -1);
+  EXPECT_EQ(pool.lookup(F, k2), -1);
+  EXPECT_EQ(pool.free_count(F), 1);
+  pool.release(F, b);  // cached first: the oldest
+  pool.release(F, a);
+  pool.release(F, c);  // unpublished: plainly free
+  EXPECT_EQ(pool.free_count(F), 4);
+  EXPECT_EQ(pool.cached_count(F), 2);
+  pool.acquire(F, a);  // shared again: out of the cache
+  EXPECT_EQ(pool.cached_count(F), 1);
+  EXPECT_EQ(pool.free_count(F), 3);
+  // Two never-published blocks go first, then b (the only cached one) is evicted.
+  const int32_t d = pool.allocate(F), e = pool.allocate(F);
+  EXPECT_NE(d, b);
+  EXPECT_NE(e, b);
+  EXPECT_EQ(pool.lookup(F, k1), b);
+  EXPECT_EQ(pool.allocate(F), b);
+  EXPECT_EQ(pool.lookup(F, k1), -1);
+  EXPECT_EQ(pool.allocate(F), -1);
+  EXPECT_EQ(pool.lookup(F, k0), a);  // held, still published
+  pool.release(F, a);
+  EXPECT_EQ(pool.cached_count(F), 1);
+  const std::string twice = test::error_of([&] { pool.release(F, a); });
+  EXPECT_NE(twice.find("not held"), std::string::npos) << twice;
+}
+
+// kv_take_prefix: whole blocks only, at least one token left to compute, and
+// on a model with sliding layers only as far as the window's sliding blocks
+// are cached too.
+TEST(KvPool, TakingAPrefixNeedsItsFullAndSlidingBlocks) {
+  auto model = load_model(test::fixture_dir("gemma3_text-f32"));  // window 8
+  const ModelSpec& s = model->spec;
+  KvPool pool(s, 8, 8);
+  std::vector<int32_t> tokens(64);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(5 * i + 1);
+  SequenceKv first;
+  ASSERT_TRUE(kv_reserve(pool, s, first, 48));
+  first.length = 48;
+  kv_publish(pool, s, first, tokens);
+  EXPECT_EQ(first.hashes.size(), 3u);
+  kv_trim_sliding(pool, s, first);  // sliding blocks 0 and 1: released, cached
+  kv_release(pool, first);
+  // 49 tokens: three whole blocks before the last token.
+  SequenceKv second;
+  std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 49);
+  EXPECT_EQ(kv_take_prefix(pool, s, second, prompt), 48);
+  EXPECT_EQ(second.full.size(), 3u);
+  EXPECT_EQ(second.sliding_first, (48 - 8 + 1) / 16);
+  EXPECT_EQ(second.sliding.size(), 1u);
+  kv_release(pool, second);
+  // 48 tokens: the last one must be computed, so two blocks.
+  prompt.pop_back();
+  EXPECT_EQ(kv_take_prefix(pool, s, second, prompt), 32);
+  kv_release(pool, second);
+  // A different token in block 1: only block 0 matches.
+  prompt[20] += 1;
+  EXPECT_EQ(kv_take_prefix(pool, s, second, prompt), 16);
+  kv_release(pool, second);
+  // Every sliding block evicted: nothing can be taken.
+  std::vector<int32_t> held;
+  for (int32_t b; (b = pool.allocate(AttentionKind::Sliding)) >= 0;) held.push_back(b);
+  EXPECT_EQ(kv_take_prefix(pool, s, second, tokens), 0);
+  EXPECT_TRUE(second.full.empty());
+  for (int32_t b : held) pool.release(AttentionKind::Sliding, b);
+}
+
 TEST(KvPool, RowTypesSetTheBlockSizeAndHostRowsAreF32) {
   auto model = load_model(test::fixture_dir("gemma3_text-f32"));
   const ModelSpec& s = model->spec;

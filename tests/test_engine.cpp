@@ -26,6 +26,8 @@ struct Outcome {
   FinishReason finish = FinishReason::None;
   std::string error;
   int completion_tokens = 0;
+  int cached_tokens = 0;
+  std::vector<float> logprobs;  // the chosen tokens', when asked for
   double seconds = 0;
 };
 
@@ -37,10 +39,12 @@ Outcome drain(RequestHandle& h, double limit_s = 20.0) {
     auto e = h.next(0.05);
     if (!e) continue;
     o.ids.insert(o.ids.end(), e->ids.begin(), e->ids.end());
+    for (const TokenLogprob& l : e->logprobs) o.logprobs.push_back(l.logprob);
     if (e->finish != FinishReason::None) {
       o.finish = e->finish;
       o.error = e->error;
       o.completion_tokens = e->completion_tokens;
+      o.cached_tokens = e->cached_tokens;
       o.seconds = now_s() - t0;
       return o;
     }
@@ -235,6 +239,44 @@ TEST_F(EngineTest, LogitBiasForcesAndBansTokens) {
   }
   // Unbiased requests are unchanged beside them.
   EXPECT_EQ(drain(*engine->submit(prompt_of(1, 8), greedy(4)), 5).ids, plain);
+}
+
+// The prefix cache: a prompt that starts with an earlier request's tokens
+// (the same prompt, or a conversation that grew by a turn) takes that
+// request's KV blocks, whole blocks only and the sliding layers' too, and
+// answers as a cold engine does (logprobs within 1e-4).
+TEST_F(EngineTest, PromptsSharingABeginningReuseItsKvAndAnswerTheSame) {
+  EngineConfig cold_config;
+  cold_config.prefix_cache = false;
+  auto engine = make();
+  auto cold = make(cold_config);
+  GenerationParams p = greedy(12);
+  p.top_logprobs = 0;
+  auto expect_same = [&](const Outcome& got, const Outcome& want) {
+    EXPECT_EQ(got.ids, want.ids);
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    for (size_t i = 0; i < got.logprobs.size(); ++i)
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << "token " << i;
+  };
+  const std::vector<int32_t> prompt = prompt_of(4, 37);
+  const Outcome first = drain(*engine->submit(prompt, p));
+  EXPECT_EQ(first.cached_tokens, 0);
+  const Outcome again = drain(*engine->submit(prompt, p));
+  EXPECT_EQ(again.cached_tokens, 32);  // two whole blocks before the last prompt token
+  expect_same(again, first);
+  // The next turn: the prompt, the answer (its first 11 tokens were fed,
+  // so 48 positions are published), then more.
+  std::vector<int32_t> turn = prompt;
+  turn.insert(turn.end(), first.ids.begin(), first.ids.end());
+  for (int i = 0; i < 5; ++i) turn.push_back(11 + i);
+  const Outcome next = drain(*engine->submit(turn, p));
+  EXPECT_EQ(next.cached_tokens, 48);
+  const Outcome next_cold = drain(*cold->submit(turn, p));
+  EXPECT_EQ(next_cold.cached_tokens, 0);
+  expect_same(next, next_cold);
+  EXPECT_EQ(engine->status().total_cached_prompt_tokens, 80u);
+  EXPECT_GT(engine->status().kv_blocks_cached, 0);
+  EXPECT_EQ(engine->status().kv_blocks_used, 0);
 }
 
 TEST_F(EngineTest, InjectedKvExhaustionMakesTheRequestWait) {

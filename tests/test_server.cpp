@@ -296,6 +296,8 @@ TEST(ServerApi, ModelsHealthStatusMetrics) {
                                           "prompt_tps",
                                           "kv_blocks_used",
                                           "kv_blocks_total",
+                                          "kv_blocks_cached",
+                                          "total_cached_prompt_tokens",
                                           "kv_cache_dtype",
                                           "gemm_precision",
                                           "text_lane_requests",

@@ -58,6 +58,7 @@ struct ServeOptions {
   std::string image_url_max = "20M";
   double image_url_timeout_s = 10;
   bool no_thinking = false;
+  bool no_prefix_cache = false;
 };
 
 // Seconds after the grace period before a drain that cannot finish is cut
@@ -225,6 +226,7 @@ int run_serve(const ServeOptions& o) {
   config.kv_memory = o.kv_memory.empty() ? 0 : parse_byte_size(o.kv_memory, "--kv-memory");
   config.default_timeout_s = o.timeout_s;
   config.step_timeout_s = o.step_timeout_s;
+  config.prefix_cache = !o.no_prefix_cache;
   config.vision_budget = o.vision_budget;
 
   server::ServerOptions so;
@@ -347,6 +349,9 @@ Runner add_serve_command(CLI::App& app) {
                   "Seconds in-flight requests get to finish after SIGTERM/SIGINT")
       ->capture_default_str();
   cmd->add_flag("--log-requests", o->log_requests, "Log one line per HTTP response on stderr");
+  cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
+                "Compute every prompt in full (default: reuse the KV rows of earlier prompts' "
+                "shared beginnings)");
   cmd->add_flag("--text-only,--no-mllm", o->text_only,
                 "Do not load the vision tower (saves its memory); image requests get 400");
   cmd->add_option("--vision-budget", o->vision_budget,

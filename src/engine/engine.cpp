@@ -94,6 +94,9 @@ struct Sequence {
   GenerationParams params;
   Sampler sampler;
   SequenceKv kv;
+  // Prompt positions taken from the prefix cache when it was first
+  // scheduled (-1: not yet scheduled).
+  int64_t cached_tokens = -1;
   double start = 0, deadline = 0;
   uint64_t index = 0;  // 1-based arrival number (fault injection)
   std::unique_ptr<TextStream> text;
@@ -255,6 +258,7 @@ struct Engine::Impl {
     e.error = error;
     e.prompt_tokens = seq.prompt_len;
     e.completion_tokens = seq.generated();
+    e.cached_tokens = int32_t(std::max<int64_t>(0, seq.cached_tokens));
     kv_release(*kv_pool, seq.kv);
     const int64_t used = blocks_used();
     // Lock order everywhere: handle, then `mu`.
@@ -356,19 +360,40 @@ struct Engine::Impl {
         if (seq->handle->finished() || seq->encoding() || pending <= 0 ||
             (pass == 0) != (pending == 1))
           continue;
+        // Oldest first, so an older sequence can evict cached blocks before
+        // a newer one takes them.
+        const bool took_prefix = take_cached_prefix(*seq);
         // May exceed the budget by at most one image run (the decoder is
         // sized for it).
-        const int64_t n = chunk_size(*seq, std::min(pending, budget));
+        const int64_t n = chunk_size(*seq, std::min(seq->pending(), budget));
         if (n <= 0) continue;
         if (faults.kv_exhaust && seq->index == faults.kv_exhaust && seq->kv.length == 0) {
           faults.kv_exhaust = 0;  // fails once: the request must wait, then proceed
           continue;
         }
-        if (!kv_reserve(*kv_pool, model.spec, seq->kv, seq->kv.length + n)) continue;
+        if (!kv_reserve(*kv_pool, model.spec, seq->kv, seq->kv.length + n)) {
+          // A waiting sequence holds no blocks (it takes its prefix again).
+          if (took_prefix) kv_release(*kv_pool, seq->kv);
+          continue;
+        }
         budget -= n;
         batch.emplace_back(seq.get(), n);
+        if (seq->cached_tokens < 0) {  // its first chunk: what the cache saved
+          seq->cached_tokens = std::min<int64_t>(seq->kv.length, seq->prompt_len);
+          std::lock_guard<std::mutex> lock(mu);
+          snapshot.total_cached_prompt_tokens += uint64_t(seq->cached_tokens);
+        }
       }
     return batch;
+  }
+
+  // Before a sequence's first chunk (and again after a preemption): its
+  // prompt's longest cached prefix, when the prefix cache is on and the
+  // sequence has no images (their rows depend on the pixels, which the
+  // block keys do not cover). Returns whether it took blocks.
+  bool take_cached_prefix(Sequence& seq) {
+    if (!config.prefix_cache || seq.vision_lane() || seq.kv.length != 0) return false;
+    return kv_take_prefix(*kv_pool, model.spec, seq.kv, seq.tokens) > 0;
   }
 
   // A prefill chunk of `n` tokens, shortened (or, at a run's start,
@@ -451,6 +476,9 @@ struct Engine::Impl {
     }
     int64_t generated = 0;
     for (Sequence* seq : batch) {
+      // Before the trim, so sliding blocks are published while held.
+      if (config.prefix_cache && !seq->vision_lane())
+        kv_publish(*kv_pool, spec, seq->kv, seq->tokens);
       kv_trim_sliding(*kv_pool, spec, seq->kv);
       if (seq->pending() == 0) generated += sample_next(*seq);
     }
@@ -782,6 +810,8 @@ struct Engine::Impl {
     snapshot.generation_tps = rate(gen_window);
     snapshot.prompt_tps = rate(prompt_window);
     snapshot.kv_blocks_used = used;
+    snapshot.kv_blocks_cached =
+        kv_pool->cached_count(AttentionKind::Full) + kv_pool->cached_count(AttentionKind::Sliding);
     snapshot.images_waiting = images_waiting;
     snapshot.requests = std::move(reqs);
     active_count = int(incoming.size()) +

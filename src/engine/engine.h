@@ -83,6 +83,7 @@ struct GenerationEvent {
   std::string error;              // finish == Error/Timeout: what to tell the client
   int32_t prompt_tokens = 0;      // filled on the final event
   int32_t completion_tokens = 0;  // filled on the final event
+  int32_t cached_tokens = 0;      // final event: prompt tokens taken from the prefix cache
 };
 
 // Encoding: a vision-lane request whose images are waiting for (or in) the
@@ -158,6 +159,13 @@ struct EngineConfig {
   // request generates these ids first instead of sampling (logprobs are
   // still the model's), then ends as at end-of-sequence. Empty: off.
   std::vector<int32_t> forced_output;
+  // The prefix cache (`--no-prefix-cache` turns it off): full KV blocks stay
+  // published after their sequence ends, until their memory is needed, and a
+  // new text-lane sequence whose prompt starts with the same tokens reuses
+  // them instead of computing them again (KvPool's contract). Outputs can
+  // differ from a cold run in the last bits: the reused rows were computed
+  // in other chunks or steps.
+  bool prefix_cache = true;
 };
 
 struct EngineStatus {
@@ -182,7 +190,9 @@ struct EngineStatus {
   double prompt_tps = 0;
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
-  std::string kv_cache_dtype = "f32";  // the KV rows' type: "f32" or "bf16"
+  int64_t kv_blocks_cached = 0;             // free blocks whose rows the prefix cache keeps
+  uint64_t total_cached_prompt_tokens = 0;  // prompt positions taken from the prefix cache
+  std::string kv_cache_dtype = "f32";       // the KV rows' type: "f32" or "bf16"
   // Activations into the GPU's tensor-core GEMMs: "bf16" or "f32" (the CPU
   // computes in f32).
   std::string gemm_precision = "f32";

@@ -29,7 +29,12 @@ KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_block
   for (int k = 0; k < 2; ++k) {
     if (counts[k] < 0 || counts[k] > INT32_MAX)
       fail("kv pool: invalid block count %lld", (long long)counts[k]);
-    kinds_[k].total = size_t(counts[k]);
+    Kind& kind = kinds_[k];
+    kind.total = size_t(counts[k]);
+    kind.holds.assign(kind.total, 0);
+    kind.keys.resize(kind.total);
+    kind.published.assign(kind.total, 0);
+    kind.cached_at.resize(kind.total);
     kinds_[k].free.resize(size_t(counts[k]));
     // LIFO: hand out low ids first.
     for (int64_t i = 0; i < counts[k]; ++i) kinds_[k].free[size_t(i)] = int32_t(counts[k] - 1 - i);
@@ -64,15 +69,75 @@ size_t KvPool::block_bytes(const ModelSpec& spec, AttentionKind kind, DType row_
 }
 
 int32_t KvPool::allocate(AttentionKind kind) {
-  auto& free = kinds_[int(kind)].free;
-  if (free.empty()) return -1;
-  int32_t b = free.back();
-  free.pop_back();
+  Kind& k = kinds_[int(kind)];
+  int32_t b = -1;
+  if (!k.free.empty()) {
+    b = k.free.back();
+    k.free.pop_back();
+  } else if (!k.cached.empty()) {  // evict the least recently released
+    b = k.cached.front();
+    k.cached.pop_front();
+    k.by_hash.erase(k.keys[size_t(b)].hash);
+    k.published[size_t(b)] = 0;
+  } else {
+    return -1;
+  }
+  k.holds[size_t(b)] = 1;
   return b;
 }
 
 void KvPool::release(AttentionKind kind, int32_t block) {
-  kinds_[int(kind)].free.push_back(block);
+  Kind& k = kinds_[int(kind)];
+  const size_t b = size_t(block);
+  if (block < 0 || b >= k.total || k.holds[b] <= 0)
+    fail("kv pool: block %d released but not held (an engine bug)", block);
+  if (--k.holds[b] > 0) return;
+  if (k.published[b])
+    k.cached_at[b] = k.cached.insert(k.cached.end(), block);
+  else
+    k.free.push_back(block);
+}
+
+int32_t KvPool::lookup(AttentionKind kind, const BlockKey& key) const {
+  const Kind& k = kinds_[int(kind)];
+  auto it = k.by_hash.find(key.hash);
+  return it != k.by_hash.end() && k.keys[size_t(it->second)] == key ? it->second : -1;
+}
+
+void KvPool::acquire(AttentionKind kind, int32_t block) {
+  Kind& k = kinds_[int(kind)];
+  const size_t b = size_t(block);
+  if (block < 0 || b >= k.total || (k.holds[b] == 0 && !k.published[b]))
+    fail("kv pool: block %d acquired but neither held nor cached (an engine bug)", block);
+  if (k.holds[b]++ == 0) k.cached.erase(k.cached_at[b]);
+}
+
+void KvPool::publish(AttentionKind kind, int32_t block, const BlockKey& key) {
+  Kind& k = kinds_[int(kind)];
+  const size_t b = size_t(block);
+  if (k.published[b] || k.by_hash.count(key.hash)) return;
+  k.keys[b] = key;
+  k.published[b] = 1;
+  k.by_hash.emplace(key.hash, block);
+}
+
+BlockKey block_key(uint64_t parent, const int32_t* tokens) {
+  // splitmix64's finalizer over each token folded into the running hash: a
+  // well-mixed 64-bit chain (lookup() also compares the tokens and parent).
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  BlockKey key;
+  key.parent = parent;
+  uint64_t h = mix(parent + 0x9e3779b97f4a7c15ull);
+  for (int64_t i = 0; i < BlockKey::kTokens; ++i) {
+    key.tokens[size_t(i)] = tokens[i];
+    h = mix(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9e3779b97f4a7c15ull * uint64_t(i + 1)));
+  }
+  key.hash = h;
+  return key;
 }
 
 size_t KvPool::bytes() const {
@@ -115,6 +180,75 @@ void kv_release(KvPool& pool, SequenceKv& seq) {
   for (int32_t b : seq.full) pool.release(AttentionKind::Full, b);
   for (int32_t b : seq.sliding) pool.release(AttentionKind::Sliding, b);
   seq = SequenceKv{};
+}
+
+namespace {
+
+// The first block a sliding layer still needs at length `length` (as
+// kv_trim_sliding keeps them).
+int64_t first_sliding_block(const ModelSpec& spec, int64_t length) {
+  return std::max<int64_t>(0, length - spec.sliding_window + 1) / KvPool::kBlockSize;
+}
+
+}  // namespace
+
+int64_t kv_take_prefix(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
+                       const std::vector<int32_t>& tokens) {
+  if (seq.length != 0 || !seq.full.empty() || !seq.sliding.empty() || tokens.empty()) return 0;
+  constexpr int64_t B = KvPool::kBlockSize;
+  const bool has_full = spec.has_kind(AttentionKind::Full);
+  const bool has_sliding = spec.has_kind(AttentionKind::Sliding);
+  // Whole blocks before the last token.
+  const int64_t most = (int64_t(tokens.size()) - 1) / B;
+  std::vector<BlockKey> keys;
+  std::vector<int32_t> full;
+  for (int64_t i = 0; i < most; ++i) {
+    keys.push_back(block_key(i ? keys.back().hash : 0, tokens.data() + i * B));
+    if (!has_full) continue;
+    const int32_t b = pool.lookup(AttentionKind::Full, keys.back());
+    if (b < 0) {
+      keys.pop_back();
+      break;
+    }
+    full.push_back(b);
+  }
+  // The longest of those prefixes whose visible sliding blocks are cached.
+  int64_t blocks = int64_t(keys.size()), first = 0;
+  std::vector<int32_t> sliding;
+  for (; has_sliding && blocks > 0; --blocks) {
+    first = first_sliding_block(spec, blocks * B);
+    sliding.clear();
+    for (int64_t i = first; i < blocks; ++i) {
+      const int32_t b = pool.lookup(AttentionKind::Sliding, keys[size_t(i)]);
+      if (b < 0) break;
+      sliding.push_back(b);
+    }
+    if (int64_t(sliding.size()) == blocks - first) break;
+  }
+  if (blocks == 0) return 0;
+  if (has_full) full.resize(size_t(blocks));
+  for (int32_t b : full) pool.acquire(AttentionKind::Full, b);
+  for (int32_t b : sliding) pool.acquire(AttentionKind::Sliding, b);
+  seq.full = std::move(full);
+  seq.sliding = std::move(sliding);
+  seq.sliding_first = has_sliding ? first : 0;
+  seq.length = blocks * B;
+  for (int64_t i = 0; i < blocks; ++i) seq.hashes.push_back(keys[size_t(i)].hash);
+  return seq.length;
+}
+
+void kv_publish(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
+                const std::vector<int32_t>& tokens) {
+  constexpr int64_t B = KvPool::kBlockSize;
+  const int64_t full_blocks = std::min<int64_t>(seq.length, int64_t(tokens.size())) / B;
+  const bool has_full = spec.has_kind(AttentionKind::Full);
+  for (int64_t i = int64_t(seq.hashes.size()); i < full_blocks; ++i) {
+    const BlockKey key = block_key(i ? seq.hashes.back() : 0, tokens.data() + i * B);
+    seq.hashes.push_back(key.hash);
+    if (has_full) pool.publish(AttentionKind::Full, seq.full[size_t(i)], key);
+    if (i >= seq.sliding_first && i - seq.sliding_first < int64_t(seq.sliding.size()))
+      pool.publish(AttentionKind::Sliding, seq.sliding[size_t(i - seq.sliding_first)], key);
+  }
 }
 
 }  // namespace tandem

@@ -8,7 +8,10 @@
 // blocks (a block table per kind).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <list>
+#include <unordered_map>
 #include <vector>
 
 #include "core/dtype.h"
@@ -16,9 +19,25 @@
 
 namespace tandem {
 
+// What a full block holds, for the prefix cache: its tokens and the chain
+// hash of every token before them (`parent`); `hash` chains the two. KV rows
+// depend on the tokens up to their position only (causal attention), so two
+// sequences whose first (i + 1)·kBlockSize tokens agree have the same rows in
+// block i.
+struct BlockKey {
+  static constexpr int64_t kTokens = 16;  // KvPool::kBlockSize
+  uint64_t parent = 0, hash = 0;
+  std::array<int32_t, kTokens> tokens{};
+  bool operator==(const BlockKey& o) const { return parent == o.parent && tokens == o.tokens; }
+};
+// The key of the block holding `tokens` (kBlockSize ids) after `parent`
+// (0 for the first block).
+BlockKey block_key(uint64_t parent, const int32_t* tokens);
+
 class KvPool {
  public:
   static constexpr int64_t kBlockSize = 16;
+  static_assert(BlockKey::kTokens == kBlockSize);
 
   // `blocks[k]` blocks for attention kind k (indexed by AttentionKind). With
   // `host_storage` false the pool hands out block ids only: a GPU runner
@@ -40,10 +59,35 @@ class KvPool {
                             DType row_dtype = DType::F32);
 
   int64_t total(AttentionKind kind) const { return int64_t(kinds_[int(kind)].total); }
-  int64_t free_count(AttentionKind kind) const { return int64_t(kinds_[int(kind)].free.size()); }
-  // A block id, or -1 when the kind's pool is empty.
+  // Blocks allocate() can hand out: never-published ones and cached ones
+  // (published, held by no sequence), which it evicts.
+  int64_t free_count(AttentionKind kind) const {
+    const Kind& k = kinds_[int(kind)];
+    return int64_t(k.free.size() + k.cached.size());
+  }
+  // Of those, the cached ones (their rows still reusable).
+  int64_t cached_count(AttentionKind kind) const {
+    return int64_t(kinds_[int(kind)].cached.size());
+  }
+  // A block id held once, or -1 when the kind's pool is empty. Takes a
+  // never-published block first, else evicts the least recently released
+  // cached one.
   int32_t allocate(AttentionKind kind);
+  // Drops one hold; a block nobody holds is free again, or cached when it
+  // was published.
   void release(AttentionKind kind, int32_t block);
+
+  // The prefix cache. A full block (every position written) can be
+  // published under its BlockKey; it then outlives its sequence until its
+  // memory is needed, and lookup() finds it for any sequence whose tokens
+  // agree. Shared blocks are full, so nobody writes them again.
+  // The published block of `key`, or -1.
+  int32_t lookup(AttentionKind kind, const BlockKey& key) const;
+  // One more hold on a held or cached block (from lookup()).
+  void acquire(AttentionKind kind, int32_t block);
+  // Publishes a held block under `key`, unless it or another block already
+  // holds that key (two sequences computed the same rows: the first stays).
+  void publish(AttentionKind kind, int32_t block, const BlockKey& key);
   // Bytes of host storage (0 without it).
   size_t bytes() const;
 
@@ -71,7 +115,13 @@ class KvPool {
 
   struct Kind {
     size_t total = 0;
-    std::vector<int32_t> free;  // LIFO free list
+    std::vector<int32_t> free;   // LIFO list of unpublished blocks nobody holds
+    std::vector<int32_t> holds;  // per block: sequences holding it
+    std::vector<BlockKey> keys;  // per block: its key when published
+    std::vector<char> published;
+    std::unordered_map<uint64_t, int32_t> by_hash;  // published blocks
+    std::list<int32_t> cached;  // published blocks nobody holds, least recently released first
+    std::vector<std::list<int32_t>::iterator> cached_at;  // per block, valid while cached
   };
   Kind kinds_[2];
   std::vector<Layer> layers_;
@@ -82,6 +132,7 @@ class KvPool {
 // Where one sequence's keys and values live.
 struct SequenceKv {
   int64_t length = 0;            // positions written
+  std::vector<uint64_t> hashes;  // BlockKey::hash of blocks 0.. (published or taken from the cache)
   std::vector<int32_t> full;     // full[i] holds positions [i·B, (i+1)·B)
   std::vector<int32_t> sliding;  // sliding[i] holds positions [(sliding_first + i)·B, ...)
   int64_t sliding_first = 0;     // block index (in positions / B) of sliding[0]
@@ -100,5 +151,17 @@ bool kv_reserve(KvPool& pool, const ModelSpec& spec, SequenceKv& seq, int64_t ne
 void kv_trim_sliding(KvPool& pool, const ModelSpec& spec, SequenceKv& seq);
 // Returns every block of the sequence to the pool and resets it.
 void kv_release(KvPool& pool, SequenceKv& seq);
+
+// The prefix cache, for an empty `seq` about to compute `tokens`: takes the
+// cached blocks of the longest prefix of whole blocks that leaves at least
+// one token to compute (the last token's logits are needed) and whose
+// sliding blocks, if the model has sliding layers, are cached too. Returns
+// the positions taken (seq.length).
+int64_t kv_take_prefix(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
+                       const std::vector<int32_t>& tokens);
+// Publishes the sequence's full blocks not yet published (`tokens`: the
+// sequence's tokens, at least seq.length of them).
+void kv_publish(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
+                const std::vector<int32_t>& tokens);
 
 }  // namespace tandem

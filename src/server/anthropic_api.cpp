@@ -215,7 +215,9 @@ class AnthropicDialect : public ChatDialect {
                          {"name", c.name},
                          {"input", input_of(c)}});
     json j = message(std::move(content), stop_reason(f), stop_sequence(f));
-    j["usage"] = {{"input_tokens", f.prompt_tokens}, {"output_tokens", f.completion_tokens}};
+    j["usage"] = {{"input_tokens", f.prompt_tokens},
+                  {"output_tokens", f.completion_tokens},
+                  {"cache_read_input_tokens", f.cached_tokens}};
     return j;
   }
 

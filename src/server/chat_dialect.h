@@ -37,6 +37,7 @@ struct DialectFinish {
   std::optional<ApiError> error;  // reason Error / Timeout: what the client is told
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;                 // of prompt_tokens, taken from the prefix cache
   bool tool_calls = false;                   // the output made calls
   std::optional<std::string> stop_sequence;  // reason Stop by one of the request's stop strings
 };

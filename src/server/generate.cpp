@@ -287,7 +287,8 @@ struct ActiveRequest {
     if (!end) return false;
     out += sse_event(final_chunk_json(ctx, e.finish, first_chunk, output && output->calls() > 0));
     if (ctx.include_usage)
-      out += sse_event(usage_chunk_json(ctx, e.prompt_tokens, e.completion_tokens));
+      out +=
+          sse_event(usage_chunk_json(ctx, e.prompt_tokens, e.completion_tokens, e.cached_tokens));
     if (e.finish == FinishReason::Error || e.finish == FinishReason::Timeout)
       out += sse_event(outcome_error(e.finish, e.error).body());
     out += kSseDone;
@@ -324,13 +325,15 @@ struct ActiveRequest {
   }
 
   DialectFinish finish_of(FinishReason reason, const std::string& error, int32_t prompt,
-                          int32_t completion, const std::vector<int32_t>& ids) const {
+                          int32_t completion, int32_t cached,
+                          const std::vector<int32_t>& ids) const {
     DialectFinish f;
     f.reason = reason;
     if (reason == FinishReason::Error || reason == FinishReason::Timeout)
       f.error = outcome_error(reason, error);
     f.prompt_tokens = prompt;
     f.completion_tokens = completion;
+    f.cached_tokens = cached;
     f.tool_calls = output && output->calls() > 0;
     if (reason == FinishReason::Stop) f.stop_sequence = matched_stop(ids);
     return f;
@@ -345,8 +348,8 @@ struct ActiveRequest {
     const ChatOut parsed = parse(e);
     if (!parsed.empty()) out += dialect->stream_delta(parsed);
     if (e.finish == FinishReason::None) return false;
-    out += dialect->stream_close(
-        finish_of(e.finish, e.error, e.prompt_tokens, e.completion_tokens, all_ids));
+    out += dialect->stream_close(finish_of(e.finish, e.error, e.prompt_tokens, e.completion_tokens,
+                                           e.cached_tokens, all_ids));
     return true;
   }
 
@@ -398,8 +401,8 @@ void answer_whole(ActiveRequest& a, httplib::Response& res) {
   res.status = 200;
   if (a.dialect) {
     ChatOut out = a.output ? g.parsed : ChatOut{{}, g.text, {}};
-    const DialectFinish f =
-        a.finish_of(g.finish, g.error, g.prompt_tokens, g.completion_tokens, g.ids);
+    const DialectFinish f = a.finish_of(g.finish, g.error, g.prompt_tokens, g.completion_tokens,
+                                        g.cached_tokens, g.ids);
     res.set_content(dump_json(a.dialect->response(out, f)), "application/json");
     return;
   }

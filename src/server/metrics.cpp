@@ -135,6 +135,11 @@ std::string Metrics::render(const EngineStatus* e, const std::string& state,
           e->prompt_tps);
     gauge(out, "tandem_kv_blocks_used", "KV cache blocks in use.", double(e->kv_blocks_used));
     gauge(out, "tandem_kv_blocks_total", "KV cache blocks in all.", double(e->kv_blocks_total));
+    gauge(out, "tandem_kv_blocks_cached", "Free KV cache blocks the prefix cache keeps.",
+          double(e->kv_blocks_cached));
+    counter(out, "tandem_prompt_tokens_cached_total",
+            "Prompt tokens taken from the prefix cache instead of prefilled.",
+            double(e->total_cached_prompt_tokens));
     counter(out, "tandem_text_lane_requests_total",
             "Requests accepted on the text lane (no image).", double(e->text_lane_requests));
     counter(out, "tandem_vision_lane_requests_total",

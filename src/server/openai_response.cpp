@@ -88,6 +88,7 @@ void Generation::add(const GenerationEvent& e) {
     error = e.error;
     prompt_tokens = e.prompt_tokens;
     completion_tokens = e.completion_tokens;
+    cached_tokens = e.cached_tokens;
   }
 }
 
@@ -112,10 +113,11 @@ ApiError outcome_error(FinishReason r, const std::string& engine_message) {
   return internal_error(engine_message.empty() ? "internal error" : engine_message);
 }
 
-json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
+json usage_json(int32_t prompt_tokens, int32_t completion_tokens, int32_t cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 json response_json(const ResponseContext& ctx, const Generation& g) {
@@ -140,7 +142,7 @@ json response_json(const ResponseContext& ctx, const Generation& g) {
   choice["token_ids"] = g.ids;  // extension (see the header)
   json j = envelope(ctx, false);
   j["choices"] = json::array({std::move(choice)});
-  j["usage"] = usage_json(g.prompt_tokens, g.completion_tokens);
+  j["usage"] = usage_json(g.prompt_tokens, g.completion_tokens, g.cached_tokens);
   return j;
 }
 
@@ -188,11 +190,11 @@ json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first, bo
   return j;
 }
 
-json usage_chunk_json(const ResponseContext& ctx, int32_t prompt_tokens,
-                      int32_t completion_tokens) {
+json usage_chunk_json(const ResponseContext& ctx, int32_t prompt_tokens, int32_t completion_tokens,
+                      int32_t cached_tokens) {
   json j = envelope(ctx, true);
   j["choices"] = json::array();
-  j["usage"] = usage_json(prompt_tokens, completion_tokens);
+  j["usage"] = usage_json(prompt_tokens, completion_tokens, cached_tokens);
   return j;
 }
 

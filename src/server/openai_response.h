@@ -60,6 +60,7 @@ struct Generation {
   std::string error;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;
   ChatOut parsed;  // chat with ResponseContext::output enabled: `text` parsed
 
   void add(const GenerationEvent& e);
@@ -73,7 +74,9 @@ const char* finish_reason_text(FinishReason r, bool tool_calls = false);
 // Timeout -> 504 timeout. Only for those two reasons.
 ApiError outcome_error(FinishReason r, const std::string& engine_message);
 
-json usage_json(int32_t prompt_tokens, int32_t completion_tokens);
+// OpenAI's usage object; cached_tokens (prompt tokens taken from the prefix
+// cache) goes in prompt_tokens_details.
+json usage_json(int32_t prompt_tokens, int32_t completion_tokens, int32_t cached_tokens);
 
 // Non-stream body of a request that ended with Stop, Length or Cancelled.
 // With ctx.output enabled the message carries g.parsed: `content` (null when
@@ -90,7 +93,8 @@ json token_chunk_json(const ResponseContext& ctx, const GenerationEvent& e, bool
                       size_t text_offset, const ChatOut* parsed = nullptr);
 json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first,
                       bool tool_calls = false);
-json usage_chunk_json(const ResponseContext& ctx, int32_t prompt_tokens, int32_t completion_tokens);
+json usage_chunk_json(const ResponseContext& ctx, int32_t prompt_tokens, int32_t completion_tokens,
+                      int32_t cached_tokens);
 
 // "data: <json>\n\n"
 std::string sse_event(const json& j);

@@ -245,7 +245,7 @@ class ResponsesDialect : public ChatDialect {
     json usage = nullptr;
     if (f && st != "in_progress")
       usage = {{"input_tokens", f->prompt_tokens},
-               {"input_tokens_details", {{"cached_tokens", 0}}},
+               {"input_tokens_details", {{"cached_tokens", f->cached_tokens}}},
                {"output_tokens", f->completion_tokens},
                {"output_tokens_details", {{"reasoning_tokens", 0}}},
                {"total_tokens", f->prompt_tokens + f->completion_tokens}};

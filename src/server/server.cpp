@@ -300,6 +300,8 @@ struct Server::Impl {
               {"prompt_tps", st.prompt_tps},
               {"kv_blocks_used", st.kv_blocks_used},
               {"kv_blocks_total", st.kv_blocks_total},
+              {"kv_blocks_cached", st.kv_blocks_cached},
+              {"total_cached_prompt_tokens", st.total_cached_prompt_tokens},
               {"kv_cache_dtype", e ? json(st.kv_cache_dtype) : json(nullptr)},
               {"gemm_precision", e ? json(st.gemm_precision) : json(nullptr)},
               {"text_lane_requests", st.text_lane_requests},

@@ -47,7 +47,10 @@ assert.equal(whole.model, 'node-test');
 assert.equal(whole.choices.length, 1);
 assert.equal(whole.choices[0].finish_reason, 'length');
 assert.equal(whole.choices[0].token_ids.length, 8);
-assert.deepEqual(whole.usage, { prompt_tokens: 4, completion_tokens: 8, total_tokens: 12 });
+assert.deepEqual(whole.usage, {
+  prompt_tokens: 4, completion_tokens: 8, total_tokens: 12,
+  prompt_tokens_details: { cached_tokens: 0 },  // a 4-token prompt fills no 16-token block
+});
 
 // create, stream, with usage
 const stream = await client.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
