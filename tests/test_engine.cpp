@@ -3,6 +3,7 @@
 // pressure and shutdown — each within a wall-clock bound.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -244,12 +245,16 @@ TEST_F(EngineTest, LogitBiasForcesAndBansTokens) {
 // The prefix cache: a prompt that starts with an earlier request's tokens
 // (the same prompt, or a conversation that grew by a turn) takes that
 // request's KV blocks, whole blocks only and the sliding layers' too, and
-// answers as a cold engine does (logprobs within 1e-4).
-TEST_F(EngineTest, PromptsSharingABeginningReuseItsKvAndAnswerTheSame) {
-  EngineConfig cold_config;
+// answers as a cold engine does (logprobs within 1e-4) — on every text
+// architecture (sliding layers, KV-shared layers, per-layer embeddings).
+class PrefixCacheTest : public testing::TestWithParam<const char*> {};
+
+TEST_P(PrefixCacheTest, PromptsSharingABeginningReuseItsKvAndAnswerTheSame) {
+  auto model = load_model(test::fixture_dir(GetParam()));
+  EngineConfig config, cold_config;
+  config.threads = cold_config.threads = 2;
   cold_config.prefix_cache = false;
-  auto engine = make();
-  auto cold = make(cold_config);
+  Engine engine(*model, config), cold(*model, cold_config);
   GenerationParams p = greedy(12);
   p.top_logprobs = 0;
   auto expect_same = [&](const Outcome& got, const Outcome& want) {
@@ -258,10 +263,11 @@ TEST_F(EngineTest, PromptsSharingABeginningReuseItsKvAndAnswerTheSame) {
     for (size_t i = 0; i < got.logprobs.size(); ++i)
       EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << "token " << i;
   };
-  const std::vector<int32_t> prompt = prompt_of(4, 37);
-  const Outcome first = drain(*engine->submit(prompt, p));
+  std::vector<int32_t> prompt = prompt_of(4, 37);
+  for (int32_t& id : prompt) id = 3 + id % int32_t(model->spec.vocab - 3);
+  const Outcome first = drain(*engine.submit(prompt, p));
   EXPECT_EQ(first.cached_tokens, 0);
-  const Outcome again = drain(*engine->submit(prompt, p));
+  const Outcome again = drain(*engine.submit(prompt, p));
   EXPECT_EQ(again.cached_tokens, 32);  // two whole blocks before the last prompt token
   expect_same(again, first);
   // The next turn: the prompt, the answer (its first 11 tokens were fed,
@@ -269,15 +275,25 @@ TEST_F(EngineTest, PromptsSharingABeginningReuseItsKvAndAnswerTheSame) {
   std::vector<int32_t> turn = prompt;
   turn.insert(turn.end(), first.ids.begin(), first.ids.end());
   for (int i = 0; i < 5; ++i) turn.push_back(11 + i);
-  const Outcome next = drain(*engine->submit(turn, p));
+  const Outcome next = drain(*engine.submit(turn, p));
   EXPECT_EQ(next.cached_tokens, 48);
-  const Outcome next_cold = drain(*cold->submit(turn, p));
+  const Outcome next_cold = drain(*cold.submit(turn, p));
   EXPECT_EQ(next_cold.cached_tokens, 0);
   expect_same(next, next_cold);
-  EXPECT_EQ(engine->status().total_cached_prompt_tokens, 80u);
-  EXPECT_GT(engine->status().kv_blocks_cached, 0);
-  EXPECT_EQ(engine->status().kv_blocks_used, 0);
+  EXPECT_EQ(engine.status().total_cached_prompt_tokens, 80u);
+  EXPECT_GT(engine.status().kv_blocks_cached, 0);
+  EXPECT_EQ(engine.status().kv_blocks_used, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(TextFixtures, PrefixCacheTest,
+                         testing::Values("llama-f32", "qwen2-f32", "qwen3-f32", "gemma3_text-f32",
+                                         "gemma4_text-f32", "ministral3-f32"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
 
 TEST_F(EngineTest, InjectedKvExhaustionMakesTheRequestWait) {
   auto engine = make({}, "kv-exhaust@1");
