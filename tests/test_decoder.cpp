@@ -217,30 +217,30 @@ TEST(KvPool, TakingAPrefixNeedsItsFullAndSlidingBlocks) {
   SequenceKv first;
   ASSERT_TRUE(kv_reserve(pool, s, first, 48));
   first.length = 48;
-  kv_publish(pool, s, first, tokens);
+  kv_publish(pool, s, first, PrefixTokens{tokens});
   EXPECT_EQ(first.hashes.size(), 3u);
   kv_trim_sliding(pool, s, first);  // sliding blocks 0 and 1: released, cached
   kv_release(pool, first);
   // 49 tokens: three whole blocks before the last token.
   SequenceKv second;
   std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 49);
-  EXPECT_EQ(kv_take_prefix(pool, s, second, prompt), 48);
+  EXPECT_EQ(kv_take_prefix(pool, s, second, PrefixTokens{prompt}), 48);
   EXPECT_EQ(second.full.size(), 3u);
   EXPECT_EQ(second.sliding_first, (48 - 8 + 1) / 16);
   EXPECT_EQ(second.sliding.size(), 1u);
   kv_release(pool, second);
   // 48 tokens: the last one must be computed, so two blocks.
   prompt.pop_back();
-  EXPECT_EQ(kv_take_prefix(pool, s, second, prompt), 32);
+  EXPECT_EQ(kv_take_prefix(pool, s, second, PrefixTokens{prompt}), 32);
   kv_release(pool, second);
   // A different token in block 1: only block 0 matches.
   prompt[20] += 1;
-  EXPECT_EQ(kv_take_prefix(pool, s, second, prompt), 16);
+  EXPECT_EQ(kv_take_prefix(pool, s, second, PrefixTokens{prompt}), 16);
   kv_release(pool, second);
   // Every sliding block evicted: nothing can be taken.
   std::vector<int32_t> held;
   for (int32_t b; (b = pool.allocate(AttentionKind::Sliding)) >= 0;) held.push_back(b);
-  EXPECT_EQ(kv_take_prefix(pool, s, second, tokens), 0);
+  EXPECT_EQ(kv_take_prefix(pool, s, second, PrefixTokens{tokens}), 0);
   EXPECT_TRUE(second.full.empty());
   for (int32_t b : held) pool.release(AttentionKind::Sliding, b);
 }

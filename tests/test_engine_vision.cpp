@@ -26,6 +26,7 @@ struct Result {
   std::vector<TokenLogprob> first_top;  // the first token's alternatives
   FinishReason finish = FinishReason::None;
   std::string error;
+  int cached_tokens = 0;
 };
 
 Result drain(RequestHandle& h, double limit_s = 30.0) {
@@ -39,6 +40,7 @@ Result drain(RequestHandle& h, double limit_s = 30.0) {
     if (e->finish != FinishReason::None) {
       r.finish = e->finish;
       r.error = e->error;
+      r.cached_tokens = e->cached_tokens;
       return r;
     }
   }
@@ -94,10 +96,12 @@ class EngineVision : public testing::TestWithParam<const char*> {
     model_ = load_model(test::vision_model_dir(family_));
     tower_ = VisionTower::load(*model_);
   }
-  std::unique_ptr<Engine> make(bool with_tower, const char* fault = nullptr) {
+  std::unique_ptr<Engine> make(bool with_tower, const char* fault = nullptr,
+                               bool prefix_cache = true) {
     if (fault) setenv("TANDEM_FAULT", fault, 1);
     EngineConfig c;
     c.threads = 2;
+    c.prefix_cache = prefix_cache;
     auto e = std::make_unique<Engine>(*model_, c, nullptr, with_tower ? tower_.get() : nullptr);
     unsetenv("TANDEM_FAULT");
     return e;
@@ -202,11 +206,81 @@ TEST_P(EngineVision, ConcurrentImageRequestsEqualTheirSoloOutputs) {
     ASSERT_EQ(r.finish, FinishReason::Length) << r.error;
     EXPECT_EQ(r.ids, solo);
   }
+  // Requests that arrive after an earlier one's prompt is cached skip the
+  // encoder (the prefix cache); the first encodes its two images.
   const EngineStatus st = engine->status();
-  EXPECT_EQ(st.images_processed, 12u);
+  EXPECT_GE(st.images_processed, 2u);
+  EXPECT_LE(st.images_processed, 12u);
   EXPECT_LE(st.vision_encoder_calls, 12u);
-  std::printf("[vision lane] %s: 12 images in %llu encoder batches\n", family_.c_str(),
+  std::printf("[vision lane] %s: %llu of 12 images encoded, in %llu encoder batches\n",
+              family_.c_str(), (unsigned long long)st.images_processed,
               (unsigned long long)st.vision_encoder_calls);
+}
+
+// The prefix cache over image prompts: a conversation's next turn, which
+// repeats the image, takes the cached blocks holding the image's soft tokens
+// and does not encode it again; another image with the same text matches
+// only before the image. Both answer as a cold engine does.
+TEST_P(EngineVision, TheNextTurnReusesTheImagesKvWithoutEncodingItAgain) {
+  const json ref = reference(family_);
+  const json& one = ref["cases"][1];
+  auto engine = make(true);
+  auto cold = make(true, nullptr, /*prefix_cache=*/false);
+  const auto ids = one["ids"].get<std::vector<int32_t>>();
+  const Result first = drain(*engine->submit(ids, params(12), images(one["images"])));
+  ASSERT_EQ(first.finish, FinishReason::Length) << first.error;
+  std::vector<int32_t> turn = ids;
+  turn.insert(turn.end(), first.ids.begin(), first.ids.end());
+  for (int i = 0; i < 20; ++i) turn.push_back(first.ids[size_t(i) % first.ids.size()]);
+  auto expect_same = [&](const Result& got, const Result& want, const char* what) {
+    ASSERT_EQ(got.finish, FinishReason::Length) << what << ": " << got.error;
+    EXPECT_EQ(got.ids, want.ids) << what;
+    ASSERT_EQ(got.first_top.size(), want.first_top.size()) << what;
+    for (size_t i = 0; i < got.first_top.size(); ++i) {
+      EXPECT_EQ(got.first_top[i].id, want.first_top[i].id) << what;
+      EXPECT_NEAR(got.first_top[i].logprob, want.first_top[i].logprob, 1e-4) << what;
+    }
+  };
+  const Result next = drain(*engine->submit(turn, params(4, 5), images(one["images"])));
+  const Result next_cold = drain(*cold->submit(turn, params(4, 5), images(one["images"])));
+  EXPECT_GT(next.cached_tokens, 0);
+  EXPECT_EQ(next_cold.cached_tokens, 0);
+  expect_same(next, next_cold, "the same image");
+  EXPECT_EQ(engine->status().images_processed, 1u);  // the next turn's image was not encoded
+  EXPECT_EQ(cold->status().images_processed, 1u);
+  // The same text with other pixels: nothing from the image on is reused.
+  std::vector<PreparedImage> other = images(one["images"]);
+  other[0].pixels[other[0].pixels.size() / 2] += 0.5f;
+  std::vector<PreparedImage> other_again = other;
+  const Result changed = drain(*engine->submit(turn, params(4, 5), std::move(other)));
+  const Result changed_cold = drain(*cold->submit(turn, params(4, 5), std::move(other_again)));
+  EXPECT_LT(changed.cached_tokens, next.cached_tokens);
+  expect_same(changed, changed_cold, "another image");
+  EXPECT_EQ(engine->status().images_processed, 2u);
+}
+
+// The vision lane skipped the image (its blocks were cached), then the
+// cache lost them before the request took them: the image is encoded after
+// all, and the answer is a cold engine's.
+TEST_P(EngineVision, AnImageSkippedForTheCacheIsEncodedWhenTheCacheLosesIt) {
+  const json ref = reference(family_);
+  const json& one = ref["cases"][1];
+  auto engine = make(true, "cache-drop@2");
+  auto cold = make(true, nullptr, /*prefix_cache=*/false);
+  const auto ids = one["ids"].get<std::vector<int32_t>>();
+  const Result first = drain(*engine->submit(ids, params(12), images(one["images"])));
+  ASSERT_EQ(first.finish, FinishReason::Length) << first.error;
+  std::vector<int32_t> turn = ids;
+  turn.insert(turn.end(), first.ids.begin(), first.ids.end());
+  const Result next = drain(*engine->submit(turn, params(4, 5), images(one["images"])));
+  const Result want = drain(*cold->submit(turn, params(4, 5), images(one["images"])));
+  ASSERT_EQ(next.finish, FinishReason::Length) << next.error;
+  EXPECT_EQ(next.cached_tokens, 0);
+  EXPECT_EQ(next.ids, want.ids);
+  ASSERT_EQ(next.first_top.size(), want.first_top.size());
+  for (size_t i = 0; i < next.first_top.size(); ++i)
+    EXPECT_NEAR(next.first_top[i].logprob, want.first_top[i].logprob, 1e-4);
+  EXPECT_EQ(engine->status().images_processed, 2u);
 }
 
 TEST_P(EngineVision, ImagesAreRefusedWithoutATowerOrWithWrongPlaceholders) {

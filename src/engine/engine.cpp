@@ -16,6 +16,7 @@
 #include "engine/fault.h"
 #include "engine/stop_matcher.h"
 #include "model/decoder.h"
+#include "model/image_prompt.h"
 #include "model/kv_pool.h"
 #include "model/step_runner.h"
 
@@ -113,9 +114,19 @@ struct Sequence {
   // Vision lane only: the images, how many are encoded, their soft tokens
   // (in order) and, once all are encoded, where they go in the prompt.
   std::vector<PreparedImage> images;
-  size_t images_encoded = 0;
+  size_t images_encoded = 0;  // images whose soft tokens are ready (or not needed)
   std::vector<float> features;
   ImagePlacement placement;
+  // The prefix cache over a prompt with images: each block's image salt and
+  // each image's placeholder end (image_prompt.h); the leading images the
+  // cache covered when the sequence was first seen (not encoded, their
+  // pixels kept in case the cache loses them) and the prompt position their
+  // blocks must reach.
+  std::vector<uint64_t> block_salts;
+  std::vector<int64_t> image_ends;
+  size_t images_cached = 0;
+  int64_t cached_images_end = 0;
+  bool cache_checked = false;
 
   Sequence(const GenerationParams& p) : params(p), sampler(p.sampling) {}
   bool vision_lane() const { return !images.empty(); }
@@ -360,9 +371,19 @@ struct Engine::Impl {
         if (seq->handle->finished() || seq->encoding() || pending <= 0 ||
             (pass == 0) != (pending == 1))
           continue;
+        if (faults.cache_drop && seq->index == faults.cache_drop && seq->kv.length == 0) {
+          faults.cache_drop = 0;
+          kv_pool->drop_cached();
+        }
         // Oldest first, so an older sequence can evict cached blocks before
         // a newer one takes them.
         const bool took_prefix = take_cached_prefix(*seq);
+        if (seq->images_cached > 0 && seq->kv.length < seq->cached_images_end) {
+          // The cache lost blocks of images the sequence skipped: encode them.
+          kv_release(*kv_pool, seq->kv);
+          seq->images_cached = seq->images_encoded = 0;
+          continue;
+        }
         // May exceed the budget by at most one image run (the decoder is
         // sized for it).
         const int64_t n = chunk_size(*seq, std::min(seq->pending(), budget));
@@ -387,13 +408,65 @@ struct Engine::Impl {
     return batch;
   }
 
+  // A sequence's tokens for the prefix cache: with images, their salts,
+  // and (bidirectional towers) runs of soft tokens kept whole.
+  PrefixTokens prefix_tokens(const Sequence& seq) const {
+    PrefixTokens q{seq.tokens};
+    if (seq.vision_lane()) {
+      q.salts = &seq.block_salts;
+      if (vision->bidirectional()) q.unsplit = vision->ids().placeholder;
+    }
+    return q;
+  }
+
   // Before a sequence's first chunk (and again after a preemption): its
-  // prompt's longest cached prefix, when the prefix cache is on and the
-  // sequence has no images (their rows depend on the pixels, which the
-  // block keys do not cover). Returns whether it took blocks.
+  // prompt's longest cached prefix, when the prefix cache is on. Returns
+  // whether it took blocks.
   bool take_cached_prefix(Sequence& seq) {
-    if (!config.prefix_cache || seq.vision_lane() || seq.kv.length != 0) return false;
-    return kv_take_prefix(*kv_pool, model.spec, seq.kv, seq.tokens) > 0;
+    if (!config.prefix_cache || seq.kv.length != 0) return false;
+    return kv_take_prefix(*kv_pool, model.spec, seq.kv, prefix_tokens(seq)) > 0;
+  }
+
+  // Vision lane, once per sequence before its first image is encoded: the
+  // leading images whose soft tokens lie inside the prompt's cached prefix
+  // need no encoding (the KV rows they produced are cached). Only looks:
+  // schedule() takes the blocks, oldest sequence first.
+  void skip_cached_images(Sequence& seq) {
+    seq.cache_checked = true;
+    if (!config.prefix_cache || seq.images_encoded != 0 || seq.kv.length != 0) return;
+    const int64_t cached = kv_cached_prefix(*kv_pool, model.spec, prefix_tokens(seq));
+    size_t k = 0;
+    while (k < seq.images.size() && seq.image_ends[k] <= cached) ++k;
+    if (k == 0) return;
+    seq.images_cached = seq.images_encoded = k;
+    seq.cached_images_end = seq.image_ends[k - 1];
+    if (!seq.encoding()) place_images_of(seq);
+  }
+
+  // Where the images' soft tokens go, once every needed image is encoded.
+  // Returns false when the request failed instead.
+  bool place_images_of(Sequence& seq) {
+    try {
+      const int64_t D = vision->text_hidden();
+      std::vector<int64_t> tokens;
+      int64_t total = 0;
+      for (const PreparedImage& img : seq.images) {
+        tokens.push_back(img.tokens);
+        total += img.tokens;
+      }
+      if (seq.features.empty()) seq.features.resize(size_t(total * D));
+      seq.placement = place_images(*vision, seq.tokens, tokens, seq.features.data());
+      seq.placement.embeds.resize(size_t(seq.prompt_len));
+      seq.placement.key_end.resize(size_t(seq.prompt_len));
+      // Encoded: the pixels are done with (unless the cache may lose the
+      // blocks of images it let the sequence skip).
+      if (seq.images_cached == 0)
+        for (auto& img : seq.images) img.pixels = {};
+      return true;
+    } catch (const std::exception& e) {
+      finish(seq, FinishReason::Error, std::string("cannot place the images: ") + e.what());
+      return false;
+    }
   }
 
   // A prefill chunk of `n` tokens, shortened (or, at a run's start,
@@ -477,8 +550,7 @@ struct Engine::Impl {
     int64_t generated = 0;
     for (Sequence* seq : batch) {
       // Before the trim, so sliding blocks are published while held.
-      if (config.prefix_cache && !seq->vision_lane())
-        kv_publish(*kv_pool, spec, seq->kv, seq->tokens);
+      if (config.prefix_cache) kv_publish(*kv_pool, spec, seq->kv, prefix_tokens(*seq));
       kv_trim_sliding(*kv_pool, spec, seq->kv);
       if (seq->pending() == 0) generated += sample_next(*seq);
     }
@@ -514,6 +586,9 @@ struct Engine::Impl {
     std::vector<std::pair<Sequence*, size_t>> work;  // (request, image index)
     std::vector<Sequence*> owners;
     int64_t budget = config.vision_budget;
+    for (auto& seq : active)
+      if (seq->vision_lane() && !seq->cache_checked && !seq->handle->finished())
+        skip_cached_images(*seq);
     for (auto& seq : active) {
       if (seq->handle->finished() || !seq->encoding()) continue;
       bool took = false;
@@ -569,16 +644,7 @@ struct Engine::Impl {
       } else if (std::find(failed.begin(), failed.end(), seq) != failed.end()) {
         finish(*seq, FinishReason::Error, "internal error in the vision encoder");
       } else if (!seq->encoding()) {
-        try {
-          std::vector<int64_t> tokens;
-          for (const PreparedImage& img : seq->images) tokens.push_back(img.tokens);
-          seq->placement = place_images(*vision, seq->tokens, tokens, seq->features.data());
-          seq->placement.embeds.resize(size_t(seq->prompt_len));
-          seq->placement.key_end.resize(size_t(seq->prompt_len));
-          for (auto& img : seq->images) img.pixels = {};  // encoded: the pixels are done with
-        } catch (const std::exception& e) {
-          finish(*seq, FinishReason::Error, std::string("cannot place the images: ") + e.what());
-        }
+        place_images_of(*seq);
       }
     }
     return true;
@@ -885,6 +951,11 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
   seq->start = now;
   seq->deadline = now + (params.timeout_s > 0 ? params.timeout_s : m.config.default_timeout_s);
   seq->prompt_len = int32_t(prompt.size());
+  if (m.config.prefix_cache && !images.empty()) {
+    const int32_t placeholder = m.vision->ids().placeholder;
+    seq->block_salts = image_block_salts(prompt, images, placeholder, KvPool::kBlockSize);
+    seq->image_ends = image_token_ends(prompt, images, placeholder);
+  }
   seq->tokens = std::move(prompt);
   seq->images = std::move(images);
   if (m.streamer)

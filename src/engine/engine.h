@@ -161,8 +161,9 @@ struct EngineConfig {
   std::vector<int32_t> forced_output;
   // The prefix cache (`--no-prefix-cache` turns it off): full KV blocks stay
   // published after their sequence ends, until their memory is needed, and a
-  // new text-lane sequence whose prompt starts with the same tokens reuses
-  // them instead of computing them again (KvPool's contract). Outputs can
+  // new sequence whose prompt starts with the same tokens (and images)
+  // reuses them instead of computing them again, skipping the encoder for
+  // images they cover (KvPool's contract). Outputs can
   // differ from a cold run in the last bits: the reused rows were computed
   // in other chunks or steps.
   bool prefix_cache = true;

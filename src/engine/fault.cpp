@@ -30,10 +30,12 @@ FaultPlan FaultPlan::parse(const std::string& spec) {
       plan.kv_exhaust = n;
     else if (kind == "vision-throw")
       plan.vision_throw = n;
+    else if (kind == "cache-drop")
+      plan.cache_drop = n;
     else
       fail(
           "TANDEM_FAULT: unknown kind \"%s\" (step-throw, step-stall, nan-logits, kv-exhaust, "
-          "vision-throw)",
+          "vision-throw, cache-drop)",
           kind.c_str());
   }
   return plan;

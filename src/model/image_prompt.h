@@ -33,4 +33,17 @@ ImagePrompt encode_image_prompt(const VisionTower& tower, ThreadPool& pool,
                                 const std::vector<int32_t>& ids,
                                 const std::vector<PreparedImage>& images);
 
+// For the prefix cache (model/kv_pool.h), images take the placeholders of
+// `ids` in order, `tokens` each. The end of each image's placeholders (one
+// past its last), in prompt positions.
+std::vector<int64_t> image_token_ends(const std::vector<int32_t>& ids,
+                                      const std::vector<PreparedImage>& images,
+                                      int32_t placeholder);
+// PrefixTokens::salts of such a prompt: per block of `block_size` tokens, a
+// hash of the images (pixels and grid) whose placeholders it holds, 0 where
+// none.
+std::vector<uint64_t> image_block_salts(const std::vector<int32_t>& ids,
+                                        const std::vector<PreparedImage>& images,
+                                        int32_t placeholder, int64_t block_size);
+
 }  // namespace tandem

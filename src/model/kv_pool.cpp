@@ -121,7 +121,18 @@ void KvPool::publish(AttentionKind kind, int32_t block, const BlockKey& key) {
   k.by_hash.emplace(key.hash, block);
 }
 
-BlockKey block_key(uint64_t parent, const int32_t* tokens) {
+void KvPool::drop_cached() {
+  for (Kind& k : kinds_) {
+    for (int32_t b : k.cached) {
+      k.by_hash.erase(k.keys[size_t(b)].hash);
+      k.published[size_t(b)] = 0;
+      k.free.push_back(b);
+    }
+    k.cached.clear();
+  }
+}
+
+BlockKey block_key(uint64_t parent, const int32_t* tokens, uint64_t salt) {
   // splitmix64's finalizer over each token folded into the running hash: a
   // well-mixed 64-bit chain (lookup() also compares the tokens and parent).
   auto mix = [](uint64_t z) {
@@ -131,7 +142,8 @@ BlockKey block_key(uint64_t parent, const int32_t* tokens) {
   };
   BlockKey key;
   key.parent = parent;
-  uint64_t h = mix(parent + 0x9e3779b97f4a7c15ull);
+  key.salt = salt;
+  uint64_t h = mix(mix(parent + 0x9e3779b97f4a7c15ull) ^ salt);
   for (int64_t i = 0; i < BlockKey::kTokens; ++i) {
     key.tokens[size_t(i)] = tokens[i];
     h = mix(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9e3779b97f4a7c15ull * uint64_t(i + 1)));
@@ -190,60 +202,83 @@ int64_t first_sliding_block(const ModelSpec& spec, int64_t length) {
   return std::max<int64_t>(0, length - spec.sliding_window + 1) / KvPool::kBlockSize;
 }
 
-}  // namespace
+// The longest prefix kv_take_prefix may take: its blocks, with their keys and the cached full and
+// sliding blocks (from block `first_sliding` on) that hold it.
+struct PrefixMatch {
+  std::vector<BlockKey> keys;
+  std::vector<int32_t> full, sliding;
+  int64_t blocks = 0, first_sliding = 0;
+};
 
-int64_t kv_take_prefix(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
-                       const std::vector<int32_t>& tokens) {
-  if (seq.length != 0 || !seq.full.empty() || !seq.sliding.empty() || tokens.empty()) return 0;
+PrefixMatch match_prefix(const KvPool& pool, const ModelSpec& spec, const PrefixTokens& q) {
   constexpr int64_t B = KvPool::kBlockSize;
+  const std::vector<int32_t>& tokens = q.tokens;
+  PrefixMatch m;
+  if (tokens.empty()) return m;
   const bool has_full = spec.has_kind(AttentionKind::Full);
   const bool has_sliding = spec.has_kind(AttentionKind::Sliding);
-  // Whole blocks before the last token.
+  // Whole blocks before the last token, as far as the full layers' are cached.
   const int64_t most = (int64_t(tokens.size()) - 1) / B;
-  std::vector<BlockKey> keys;
-  std::vector<int32_t> full;
   for (int64_t i = 0; i < most; ++i) {
-    keys.push_back(block_key(i ? keys.back().hash : 0, tokens.data() + i * B));
-    if (!has_full) continue;
-    const int32_t b = pool.lookup(AttentionKind::Full, keys.back());
-    if (b < 0) {
-      keys.pop_back();
-      break;
-    }
-    full.push_back(b);
-  }
-  // The longest of those prefixes whose visible sliding blocks are cached.
-  int64_t blocks = int64_t(keys.size()), first = 0;
-  std::vector<int32_t> sliding;
-  for (; has_sliding && blocks > 0; --blocks) {
-    first = first_sliding_block(spec, blocks * B);
-    sliding.clear();
-    for (int64_t i = first; i < blocks; ++i) {
-      const int32_t b = pool.lookup(AttentionKind::Sliding, keys[size_t(i)]);
+    const BlockKey key = block_key(i ? m.keys.back().hash : 0, tokens.data() + i * B, q.salt(i));
+    if (has_full) {
+      const int32_t b = pool.lookup(AttentionKind::Full, key);
       if (b < 0) break;
-      sliding.push_back(b);
+      m.full.push_back(b);
     }
-    if (int64_t(sliding.size()) == blocks - first) break;
+    m.keys.push_back(key);
   }
-  if (blocks == 0) return 0;
-  if (has_full) full.resize(size_t(blocks));
-  for (int32_t b : full) pool.acquire(AttentionKind::Full, b);
-  for (int32_t b : sliding) pool.acquire(AttentionKind::Sliding, b);
-  seq.full = std::move(full);
-  seq.sliding = std::move(sliding);
-  seq.sliding_first = has_sliding ? first : 0;
-  seq.length = blocks * B;
-  for (int64_t i = 0; i < blocks; ++i) seq.hashes.push_back(keys[size_t(i)].hash);
+  // The longest of those that ends outside unsplit runs and whose visible
+  // sliding blocks are cached.
+  for (m.blocks = int64_t(m.keys.size()); m.blocks > 0; --m.blocks) {
+    const int64_t end = m.blocks * B;  // < tokens.size()
+    if (q.unsplit >= 0 && tokens[size_t(end - 1)] == q.unsplit && tokens[size_t(end)] == q.unsplit)
+      continue;
+    if (!has_sliding) break;
+    m.first_sliding = first_sliding_block(spec, end);
+    m.sliding.clear();
+    for (int64_t i = m.first_sliding; i < m.blocks; ++i) {
+      const int32_t b = pool.lookup(AttentionKind::Sliding, m.keys[size_t(i)]);
+      if (b < 0) break;
+      m.sliding.push_back(b);
+    }
+    if (int64_t(m.sliding.size()) == m.blocks - m.first_sliding) break;
+  }
+  if (m.blocks == 0) {
+    m.sliding.clear();
+    m.first_sliding = 0;
+  }
+  if (has_full) m.full.resize(size_t(m.blocks));
+  return m;
+}
+
+}  // namespace
+
+int64_t kv_cached_prefix(const KvPool& pool, const ModelSpec& spec, const PrefixTokens& q) {
+  return match_prefix(pool, spec, q).blocks * KvPool::kBlockSize;
+}
+
+int64_t kv_take_prefix(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
+                       const PrefixTokens& q) {
+  if (seq.length != 0 || !seq.full.empty() || !seq.sliding.empty()) return 0;
+  PrefixMatch m = match_prefix(pool, spec, q);
+  if (m.blocks == 0) return 0;
+  for (int32_t b : m.full) pool.acquire(AttentionKind::Full, b);
+  for (int32_t b : m.sliding) pool.acquire(AttentionKind::Sliding, b);
+  seq.full = std::move(m.full);
+  seq.sliding = std::move(m.sliding);
+  seq.sliding_first = m.first_sliding;
+  seq.length = m.blocks * KvPool::kBlockSize;
+  for (int64_t i = 0; i < m.blocks; ++i) seq.hashes.push_back(m.keys[size_t(i)].hash);
   return seq.length;
 }
 
-void kv_publish(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
-                const std::vector<int32_t>& tokens) {
+void kv_publish(KvPool& pool, const ModelSpec& spec, SequenceKv& seq, const PrefixTokens& q) {
   constexpr int64_t B = KvPool::kBlockSize;
-  const int64_t full_blocks = std::min<int64_t>(seq.length, int64_t(tokens.size())) / B;
+  const int64_t full_blocks = std::min<int64_t>(seq.length, int64_t(q.tokens.size())) / B;
   const bool has_full = spec.has_kind(AttentionKind::Full);
   for (int64_t i = int64_t(seq.hashes.size()); i < full_blocks; ++i) {
-    const BlockKey key = block_key(i ? seq.hashes.back() : 0, tokens.data() + i * B);
+    const BlockKey key = block_key(i ? seq.hashes.back() : 0, q.tokens.data() + i * B, q.salt(i));
     seq.hashes.push_back(key.hash);
     if (has_full) pool.publish(AttentionKind::Full, seq.full[size_t(i)], key);
     if (i >= seq.sliding_first && i - seq.sliding_first < int64_t(seq.sliding.size()))

@@ -19,20 +19,38 @@
 
 namespace tandem {
 
-// What a full block holds, for the prefix cache: its tokens and the chain
-// hash of every token before them (`parent`); `hash` chains the two. KV rows
-// depend on the tokens up to their position only (causal attention), so two
-// sequences whose first (i + 1)·kBlockSize tokens agree have the same rows in
+// What a full block holds, for the prefix cache: its tokens, a hash of the
+// images whose soft tokens it holds (`salt`, 0: none), and the chain hash of
+// everything before them (`parent`); `hash` chains the three. KV rows depend
+// on the tokens (and images) up to their position only (causal attention;
+// an image's bidirectional run is all one image), so two sequences whose
+// first (i + 1)·kBlockSize tokens and images agree have the same rows in
 // block i.
 struct BlockKey {
   static constexpr int64_t kTokens = 16;  // KvPool::kBlockSize
-  uint64_t parent = 0, hash = 0;
+  uint64_t parent = 0, salt = 0, hash = 0;
   std::array<int32_t, kTokens> tokens{};
-  bool operator==(const BlockKey& o) const { return parent == o.parent && tokens == o.tokens; }
+  bool operator==(const BlockKey& o) const {
+    return parent == o.parent && salt == o.salt && tokens == o.tokens;
+  }
 };
-// The key of the block holding `tokens` (kBlockSize ids) after `parent`
-// (0 for the first block).
-BlockKey block_key(uint64_t parent, const int32_t* tokens);
+// The key of the block holding `tokens` (kBlockSize ids) and `salt` after
+// `parent` (0 for the first block).
+BlockKey block_key(uint64_t parent, const int32_t* tokens, uint64_t salt = 0);
+
+// A sequence's tokens as the prefix cache sees them.
+struct PrefixTokens {
+  const std::vector<int32_t>& tokens;
+  // Per block: the salt of its images (image_block_salts); absent or past
+  // its end: 0.
+  const std::vector<uint64_t>* salts = nullptr;
+  // A prefix may not end between two of these tokens (a bidirectional image
+  // run, whose tokens must be computed in one step); -1: none.
+  int32_t unsplit = -1;
+  uint64_t salt(int64_t block) const {
+    return salts && block < int64_t(salts->size()) ? (*salts)[size_t(block)] : 0;
+  }
+};
 
 class KvPool {
  public:
@@ -88,6 +106,8 @@ class KvPool {
   // Publishes a held block under `key`, unless it or another block already
   // holds that key (two sequences computed the same rows: the first stays).
   void publish(AttentionKind kind, int32_t block, const BlockKey& key);
+  // Evicts every cached block (the engine's cache-drop fault, for tests).
+  void drop_cached();
   // Bytes of host storage (0 without it).
   size_t bytes() const;
 
@@ -154,14 +174,15 @@ void kv_release(KvPool& pool, SequenceKv& seq);
 
 // The prefix cache, for an empty `seq` about to compute `tokens`: takes the
 // cached blocks of the longest prefix of whole blocks that leaves at least
-// one token to compute (the last token's logits are needed) and whose
-// sliding blocks, if the model has sliding layers, are cached too. Returns
-// the positions taken (seq.length).
+// one token to compute (the last token's logits are needed), does not end
+// inside an unsplit run, and whose sliding blocks, if the model has sliding
+// layers, are cached too. Returns the positions taken (seq.length).
 int64_t kv_take_prefix(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
-                       const std::vector<int32_t>& tokens);
+                       const PrefixTokens& tokens);
+// The positions kv_take_prefix would take now, taking nothing.
+int64_t kv_cached_prefix(const KvPool& pool, const ModelSpec& spec, const PrefixTokens& tokens);
 // Publishes the sequence's full blocks not yet published (`tokens`: the
-// sequence's tokens, at least seq.length of them).
-void kv_publish(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
-                const std::vector<int32_t>& tokens);
+// sequence's, at least seq.length of them).
+void kv_publish(KvPool& pool, const ModelSpec& spec, SequenceKv& seq, const PrefixTokens& tokens);
 
 }  // namespace tandem
