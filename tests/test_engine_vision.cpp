@@ -89,7 +89,7 @@ void expect_top_matches(const Result& r, const json& logits_row, const std::stri
 }
 
 class EngineVision : public testing::TestWithParam<const char*> {
- protected:
+ public:
   void SetUp() override {
     unsetenv("TANDEM_FAULT");
     family_ = GetParam();
@@ -217,6 +217,32 @@ TEST_P(EngineVision, ConcurrentImageRequestsEqualTheirSoloOutputs) {
               (unsigned long long)st.vision_encoder_calls);
 }
 
+// Two answers to the same request agree: the same ids, the first token's
+// alternatives within 1e-4 (the prefix cache's reused rows were computed in
+// other steps).
+void expect_same_answer(const Result& got, const Result& want, const char* what) {
+  ASSERT_EQ(got.finish, FinishReason::Length) << what << ": " << got.error;
+  EXPECT_EQ(got.ids, want.ids) << what;
+  ASSERT_EQ(got.first_top.size(), want.first_top.size()) << what;
+  for (size_t i = 0; i < got.first_top.size(); ++i) {
+    EXPECT_EQ(got.first_top[i].id, want.first_top[i].id) << what;
+    EXPECT_NEAR(got.first_top[i].logprob, want.first_top[i].logprob, 1e-4) << what;
+  }
+}
+
+// A conversation's next turn: the one-image case answered by `engine` (12
+// tokens), its answer, then `more` tokens of the answer again.
+std::vector<int32_t> next_turn(EngineVision& t, Engine& engine, const json& one, int more) {
+  const auto ids = one["ids"].get<std::vector<int32_t>>();
+  const Result first = drain(*engine.submit(ids, params(12), t.images(one["images"])));
+  EXPECT_EQ(first.finish, FinishReason::Length) << first.error;
+  std::vector<int32_t> turn = ids;
+  turn.insert(turn.end(), first.ids.begin(), first.ids.end());
+  for (int i = 0; i < more && !first.ids.empty(); ++i)
+    turn.push_back(first.ids[size_t(i) % first.ids.size()]);
+  return turn;
+}
+
 // The prefix cache over image prompts: a conversation's next turn, which
 // repeats the image, takes the cached blocks holding the image's soft tokens
 // and does not encode it again; another image with the same text matches
@@ -226,26 +252,12 @@ TEST_P(EngineVision, TheNextTurnReusesTheImagesKvWithoutEncodingItAgain) {
   const json& one = ref["cases"][1];
   auto engine = make(true);
   auto cold = make(true, nullptr, /*prefix_cache=*/false);
-  const auto ids = one["ids"].get<std::vector<int32_t>>();
-  const Result first = drain(*engine->submit(ids, params(12), images(one["images"])));
-  ASSERT_EQ(first.finish, FinishReason::Length) << first.error;
-  std::vector<int32_t> turn = ids;
-  turn.insert(turn.end(), first.ids.begin(), first.ids.end());
-  for (int i = 0; i < 20; ++i) turn.push_back(first.ids[size_t(i) % first.ids.size()]);
-  auto expect_same = [&](const Result& got, const Result& want, const char* what) {
-    ASSERT_EQ(got.finish, FinishReason::Length) << what << ": " << got.error;
-    EXPECT_EQ(got.ids, want.ids) << what;
-    ASSERT_EQ(got.first_top.size(), want.first_top.size()) << what;
-    for (size_t i = 0; i < got.first_top.size(); ++i) {
-      EXPECT_EQ(got.first_top[i].id, want.first_top[i].id) << what;
-      EXPECT_NEAR(got.first_top[i].logprob, want.first_top[i].logprob, 1e-4) << what;
-    }
-  };
+  const std::vector<int32_t> turn = next_turn(*this, *engine, one, 20);
   const Result next = drain(*engine->submit(turn, params(4, 5), images(one["images"])));
   const Result next_cold = drain(*cold->submit(turn, params(4, 5), images(one["images"])));
   EXPECT_GT(next.cached_tokens, 0);
   EXPECT_EQ(next_cold.cached_tokens, 0);
-  expect_same(next, next_cold, "the same image");
+  expect_same_answer(next, next_cold, "the same image");
   EXPECT_EQ(engine->status().images_processed, 1u);  // the next turn's image was not encoded
   EXPECT_EQ(cold->status().images_processed, 1u);
   // The same text with other pixels: nothing from the image on is reused.
@@ -255,7 +267,7 @@ TEST_P(EngineVision, TheNextTurnReusesTheImagesKvWithoutEncodingItAgain) {
   const Result changed = drain(*engine->submit(turn, params(4, 5), std::move(other)));
   const Result changed_cold = drain(*cold->submit(turn, params(4, 5), std::move(other_again)));
   EXPECT_LT(changed.cached_tokens, next.cached_tokens);
-  expect_same(changed, changed_cold, "another image");
+  expect_same_answer(changed, changed_cold, "another image");
   EXPECT_EQ(engine->status().images_processed, 2u);
 }
 
@@ -267,19 +279,11 @@ TEST_P(EngineVision, AnImageSkippedForTheCacheIsEncodedWhenTheCacheLosesIt) {
   const json& one = ref["cases"][1];
   auto engine = make(true, "cache-drop@2");
   auto cold = make(true, nullptr, /*prefix_cache=*/false);
-  const auto ids = one["ids"].get<std::vector<int32_t>>();
-  const Result first = drain(*engine->submit(ids, params(12), images(one["images"])));
-  ASSERT_EQ(first.finish, FinishReason::Length) << first.error;
-  std::vector<int32_t> turn = ids;
-  turn.insert(turn.end(), first.ids.begin(), first.ids.end());
+  const std::vector<int32_t> turn = next_turn(*this, *engine, one, 0);
   const Result next = drain(*engine->submit(turn, params(4, 5), images(one["images"])));
   const Result want = drain(*cold->submit(turn, params(4, 5), images(one["images"])));
-  ASSERT_EQ(next.finish, FinishReason::Length) << next.error;
   EXPECT_EQ(next.cached_tokens, 0);
-  EXPECT_EQ(next.ids, want.ids);
-  ASSERT_EQ(next.first_top.size(), want.first_top.size());
-  for (size_t i = 0; i < next.first_top.size(); ++i)
-    EXPECT_NEAR(next.first_top[i].logprob, want.first_top[i].logprob, 1e-4);
+  expect_same_answer(next, want, "after the cache dropped the image's blocks");
   EXPECT_EQ(engine->status().images_processed, 2u);
 }
 
