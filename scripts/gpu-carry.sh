@@ -7,7 +7,8 @@
 # Writes build-carry/gpu.tar.xz (ignored by git): the stripped test and
 # benchmark binaries, tandem, loadgen and BUILD_DIR/libs, ~19 MB; with
 # --lean only tandem_cuda_tests and bench_cuda_decode (~11 MB: the kernel
-# tests and decode benchmarks, which most runs need). The demo
+# tests and decode benchmarks, which most runs need); CARRY_BINARIES="a b"
+# names the binaries instead. The demo
 # models' safetensors (37 MB) still have to leave the tree for the call. On
 # the GPU machine:
 #
@@ -16,7 +17,7 @@
 #
 # and copy the few files wanted to $OUT (only ~8 files come back per call).
 set -eu
-binaries="tandem_cuda_tests bench_cuda_decode bench_cuda_attention bench_cuda_gemm bench_cuda_vision tandem loadgen"
+binaries=${CARRY_BINARIES:-"tandem_cuda_tests bench_cuda_decode bench_cuda_attention bench_cuda_gemm bench_cuda_vision tandem loadgen"}
 if [ "${1:-}" = "--lean" ]; then
   binaries="tandem_cuda_tests bench_cuda_decode"
   shift

@@ -105,6 +105,68 @@ TEST(ServerApi, LogitBiasReachesTheSampler) {
   EXPECT_NE(token_ids(r), (std::vector<int32_t>{42, 42, 42}));
 }
 
+// n choices: one engine request each, choice i sampled with seed + i (so it
+// equals an n = 1 request with that seed), indexes 0..n-1, the prompt
+// counted once in the usage; the stream interleaves the choices' chunks,
+// each finishing on its own, with one usage chunk and one [DONE].
+TEST(ServerApi, NChoicesAreSeededSequencesInOneResponse) {
+  LiveServerConfig c;
+  c.options.max_concurrent = 4;
+  c.engine.max_concurrent = 4;
+  LiveServer srv(c);
+  json body = {{"prompt", {5, 6, 7, 8}}, {"max_tokens", 6}, {"ignore_eos", true},
+               {"temperature", 1.0},     {"seed", 11},      {"n", 3}};
+  HttpResult r = post_json(srv.port(), "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(r.body["choices"].size(), 3u);
+  std::vector<std::vector<int32_t>> outs;
+  for (int i = 0; i < 3; ++i) {
+    const json& choice = r.body["choices"][size_t(i)];
+    EXPECT_EQ(choice["index"], i);
+    EXPECT_EQ(choice["finish_reason"], "length");
+    outs.push_back(choice["token_ids"].get<std::vector<int32_t>>());
+    json one = body;
+    one["n"] = 1;
+    one["seed"] = 11 + i;
+    HttpResult alone = post_json(srv.port(), "/v1/completions", one);
+    ASSERT_EQ(alone.status, 200) << alone.raw;
+    EXPECT_EQ(token_ids(alone), outs.back()) << "choice " << i;
+  }
+  EXPECT_FALSE(outs[0] == outs[1] && outs[1] == outs[2]);  // three draws, not one
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 18);
+
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  SseResult st = post_stream(srv.port(), "/v1/completions", body);
+  ASSERT_EQ(st.status, 200) << st.raw;
+  EXPECT_TRUE(st.done);
+  std::vector<std::vector<int32_t>> streamed(3);
+  int finishes = 0, usages = 0;
+  for (const json& e : st.events) {
+    if (e.contains("usage") && e["usage"].is_object()) {
+      ++usages;
+      EXPECT_EQ(e["usage"]["completion_tokens"], 18);
+    }
+    for (const json& ch : e["choices"]) {
+      const auto ids = ch["token_ids"].get<std::vector<int32_t>>();
+      auto& to = streamed[ch["index"].get<size_t>()];
+      to.insert(to.end(), ids.begin(), ids.end());
+      finishes += !ch["finish_reason"].is_null();
+    }
+  }
+  EXPECT_EQ(streamed, outs);
+  EXPECT_EQ(finishes, 3);
+  EXPECT_EQ(usages, 1);
+  // More choices than the server runs at once: refused, not queued forever.
+  body["n"] = 5;
+  body["stream"] = false;
+  body.erase("stream_options");
+  r = post_json(srv.port(), "/v1/completions", body);
+  EXPECT_EQ(r.status, 400) << r.raw;
+  EXPECT_EQ(r.body["error"]["param"], "n");
+}
+
 TEST(ServerApi, NonStreamResponseShapeAndUsage) {
   LiveServer srv;
   json body = {{"model", "test-model"}, {"prompt", {5, 6, 7, 8}}, {"temperature", 0}};

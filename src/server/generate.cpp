@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <random>
+#include <thread>
 
 #include "core/clock.h"
 #include "server/chat_dialect.h"
@@ -208,6 +209,7 @@ struct ActiveRequest {
   std::vector<std::string> user_stops;  // the request's own stop strings
   std::vector<int32_t> all_ids;         // dialect streams: the ids so far
   bool opened = false;
+  bool gone = false;  // next() found the client gone or the server stopping
 
   ActiveRequest(ServerState& state, std::shared_ptr<RequestHandle> h, ResponseContext c,
                 ConnectionProbe p, double t0)
@@ -241,6 +243,7 @@ struct ActiveRequest {
         last_probe = now;
         if (probe.peer_closed() || s.hard_stop.load()) {
           handle->cancel();
+          gone = true;
           return std::nullopt;
         }
       }
@@ -270,8 +273,16 @@ struct ActiveRequest {
 
   // Appends the SSE chunks of one event; true at the end of the stream.
   bool append(const GenerationEvent& e, std::string& out) {
-    const bool end = e.finish != FinishReason::None;
     if (dialect) return append_dialect(e, out);
+    if (!append_choice(e, out)) return false;
+    append_end(ctx, {e}, out);
+    return true;
+  }
+
+  // Appends one event's chunks of this choice, and its finish chunk at its
+  // end; true then.
+  bool append_choice(const GenerationEvent& e, std::string& out) {
+    const bool end = e.finish != FinishReason::None;
     if (output) {
       ChatOut parsed = output->push(e.text);
       if (end) parsed.append(output->finish());
@@ -286,13 +297,24 @@ struct ActiveRequest {
     }
     if (!end) return false;
     out += sse_event(final_chunk_json(ctx, e.finish, first_chunk, output && output->calls() > 0));
-    if (ctx.include_usage)
-      out +=
-          sse_event(usage_chunk_json(ctx, e.prompt_tokens, e.completion_tokens, e.cached_tokens));
-    if (e.finish == FinishReason::Error || e.finish == FinishReason::Timeout)
-      out += sse_event(outcome_error(e.finish, e.error).body());
-    out += kSseDone;
     return true;
+  }
+
+  // The end of a stream whose choices ended with `finals`: the usage chunk
+  // (if asked for: the prompt once, the completions summed), an error event
+  // for each failed choice, [DONE].
+  static void append_end(const ResponseContext& ctx, const std::vector<GenerationEvent>& finals,
+                         std::string& out) {
+    if (ctx.include_usage && !finals.empty()) {
+      int32_t completion = 0;
+      for (const GenerationEvent& e : finals) completion += e.completion_tokens;
+      out += sse_event(
+          usage_chunk_json(ctx, finals[0].prompt_tokens, completion, finals[0].cached_tokens));
+    }
+    for (const GenerationEvent& e : finals)
+      if (e.finish == FinishReason::Error || e.finish == FinishReason::Timeout)
+        out += sse_event(outcome_error(e.finish, e.error).body());
+    out += kSseDone;
   }
 
   // The output parsed (all text is content when the format has no parser).
@@ -381,23 +403,33 @@ struct ActiveRequest {
   }
 };
 
-void answer_whole(ActiveRequest& a, httplib::Response& res) {
+// A request's whole output; nullopt when the client has gone.
+std::optional<Generation> collect(ActiveRequest& a) {
   Generation g;
   for (;;) {
     std::optional<GenerationEvent> e = a.next();
-    if (!e) {
-      res.status = kClientGone;
-      return;
-    }
+    if (!e) return std::nullopt;
     g.add(*e);
     if (a.output) {
       g.parsed.append(a.output->push(e->text));
       if (e->finish != FinishReason::None) g.parsed.append(a.output->finish());
     }
-    if (e->finish != FinishReason::None) break;
+    if (e->finish != FinishReason::None) return g;
   }
-  if (g.finish == FinishReason::Error || g.finish == FinishReason::Timeout)
-    throw outcome_error(g.finish, g.error);
+}
+
+bool failed(FinishReason r) {
+  return r == FinishReason::Error || r == FinishReason::Timeout;
+}
+
+void answer_whole(ActiveRequest& a, httplib::Response& res) {
+  std::optional<Generation> whole = collect(a);
+  if (!whole) {
+    res.status = kClientGone;
+    return;
+  }
+  const Generation& g = *whole;
+  if (failed(g.finish)) throw outcome_error(g.finish, g.error);
   res.status = 200;
   if (a.dialect) {
     ChatOut out = a.output ? g.parsed : ChatOut{{}, g.text, {}};
@@ -409,15 +441,113 @@ void answer_whole(ActiveRequest& a, httplib::Response& res) {
   res.set_content(dump_json(response_json(a.ctx, g)), "application/json");
 }
 
+// n > 1: every choice's output, or the first failure's error (the other
+// choices are cancelled as their ActiveRequests go).
+void answer_whole_choices(std::vector<std::shared_ptr<ActiveRequest>>& choices,
+                          httplib::Response& res) {
+  std::vector<Generation> outs;
+  for (auto& a : choices) {
+    std::optional<Generation> g = collect(*a);
+    if (!g) {
+      res.status = kClientGone;
+      return;
+    }
+    if (failed(g->finish)) throw outcome_error(g->finish, g->error);
+    outs.push_back(std::move(*g));
+  }
+  json j = response_json(choices[0]->ctx, outs[0]);
+  int32_t completion = outs[0].completion_tokens;
+  for (size_t i = 1; i < outs.size(); ++i) {
+    j["choices"].push_back(response_json(choices[i]->ctx, outs[i])["choices"][0]);
+    completion += outs[i].completion_tokens;
+  }
+  j["usage"] = usage_json(outs[0].prompt_tokens, completion, outs[0].cached_tokens);
+  res.status = 200;
+  res.set_content(dump_json(j), "application/json");
+}
+
+// n > 1: the choices' chunks as they come (each with its index), then one
+// usage chunk, the failed choices' errors and [DONE] when all have ended.
+struct ChoiceStream {
+  std::vector<std::shared_ptr<ActiveRequest>> choices;
+  std::vector<bool> done;
+  std::vector<GenerationEvent> finals;
+
+  bool pump(httplib::DataSink& sink) {
+    std::string out;
+    for (int sweep = 0;; ++sweep) {
+      bool got = false;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        if (done[i]) continue;
+        ActiveRequest& a = *choices[i];
+        std::optional<GenerationEvent> e;
+        if (a.pending) {
+          e = std::move(a.pending);
+          a.pending.reset();
+        } else {
+          e = a.next(/*block=*/false);
+        }
+        if (a.gone) return false;  // the client has gone: every choice is cancelled
+        if (!e) continue;
+        got = true;
+        if (a.append_choice(*e, out)) {
+          done[i] = true;
+          finals.push_back(std::move(*e));
+        }
+      }
+      if (finals.size() == choices.size()) {
+        ActiveRequest::append_end(choices[0]->ctx, finals, out);
+        if (!sink.write(out.data(), out.size())) return false;
+        sink.done();
+        return true;
+      }
+      if (!got && !out.empty()) break;
+      if (sweep >= kMaxEventsPerWrite && !out.empty()) break;
+      if (!got) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (!sink.write(out.data(), out.size())) {
+      for (auto& a : choices) a->handle->cancel();
+      return false;
+    }
+    return true;
+  }
+};
+
+void answer_stream_choices(std::vector<std::shared_ptr<ActiveRequest>> choices,
+                           httplib::Response& res) {
+  // Each choice's first event before the headers: a choice that fails before
+  // its first token fails the request with a real status.
+  for (auto& a : choices) {
+    std::optional<GenerationEvent> first = a->next();
+    if (!first) {
+      res.status = kClientGone;
+      return;
+    }
+    if (failed(first->finish) && first->ids.empty() && first->text.empty())
+      throw outcome_error(first->finish, first->error);
+    a->pending = std::move(first);
+  }
+  auto stream = std::make_shared<ChoiceStream>();
+  stream->done.assign(choices.size(), false);
+  stream->choices = std::move(choices);
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->pump(sink); },
+      [stream](bool success) {
+        if (!success)
+          for (auto& a : stream->choices) a->handle->cancel();
+      });
+}
+
 void answer_stream(const std::shared_ptr<ActiveRequest>& a, httplib::Response& res) {
   std::optional<GenerationEvent> first = a->next();
   if (!first) {
     res.status = kClientGone;
     return;
   }
-  const bool failed =
-      first->finish == FinishReason::Error || first->finish == FinishReason::Timeout;
-  if (failed && first->ids.empty() && first->text.empty())
+  if (failed(first->finish) && first->ids.empty() && first->text.empty())
     throw outcome_error(first->finish, first->error);
   a->pending = std::move(first);
   res.status = 200;
@@ -487,12 +617,26 @@ void run_generation(ServerState& s, Endpoint endpoint, const json& body, const s
     params.constraint = reasoning_budget_constraint(*r.thinking_budget, output, *s.builder.load(),
                                                     engine->spec().vocab);
   const int32_t prompt_tokens = int32_t(prompt.ids.size());
-  std::shared_ptr<RequestHandle> handle;
+  if (r.n > s.options.max_concurrent)
+    throw invalid_value("n", "'n' is " + std::to_string(r.n) + " but the server runs at most " +
+                                 std::to_string(s.options.max_concurrent) +
+                                 " requests at once (--max-concurrent)");
+  // One engine sequence a choice; choice i samples with seed + i.
+  std::vector<std::shared_ptr<RequestHandle>> handles;
   try {
-    handle = engine->submit(std::move(prompt.ids), params, std::move(prompt.images));
+    for (int32_t i = 0; i < r.n; ++i) {
+      GenerationParams choice = params;
+      choice.sampling.seed += uint64_t(i);
+      const bool last = i + 1 == r.n;
+      handles.push_back(
+          last ? engine->submit(std::move(prompt.ids), choice, std::move(prompt.images))
+               : engine->submit(prompt.ids, choice, prompt.images));
+    }
   } catch (const AdmissionError& e) {
+    for (auto& h : handles) h->cancel();
     throw admission_error(e, prompt_param);
   }
+  const std::shared_ptr<RequestHandle>& handle = handles[0];
 
   ResponseContext ctx;
   ctx.endpoint = endpoint;
@@ -507,15 +651,25 @@ void run_generation(ServerState& s, Endpoint endpoint, const json& body, const s
   ctx.output.stream_arguments = r.stream && !dialect;
   if (PromptBuilder* builder = s.builder.load())
     ctx.render = [builder](int32_t id) { return builder->token_text(id); };
-  auto active = std::make_shared<ActiveRequest>(s, handle, std::move(ctx), probe, start);
-  active->dialect = std::move(dialect);
-  active->prompt_tokens = prompt_tokens;
-  active->user_stops = r.params.stop;
   res.set_header("X-Request-Id", handle->id());
-  if (r.stream)
-    answer_stream(active, res);
+  std::vector<std::shared_ptr<ActiveRequest>> choices;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    ResponseContext c = ctx;
+    c.index = int(i);
+    auto active = std::make_shared<ActiveRequest>(s, handles[i], std::move(c), probe, start);
+    active->dialect = dialect;
+    active->prompt_tokens = prompt_tokens;
+    active->user_stops = r.params.stop;
+    choices.push_back(std::move(active));
+  }
+  if (choices.size() > 1 && r.stream)
+    answer_stream_choices(std::move(choices), res);
+  else if (choices.size() > 1)
+    answer_whole_choices(choices, res);
+  else if (r.stream)
+    answer_stream(choices[0], res);
   else
-    answer_whole(*active, res);
+    answer_whole(*choices[0], res);
 }
 
 }  // namespace

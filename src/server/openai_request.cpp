@@ -141,8 +141,12 @@ void parse_common(const json& body, OpenAIRequest& r, double max_timeout_s) {
     r.params.max_tokens =
         r.endpoint == Endpoint::Completions ? kCompletionsDefaultMaxTokens : INT32_MAX;
 
-  if (auto n = f.integer("n", INT64_MIN, INT64_MAX); n && *n != 1)
-    throw unsupported("n", "only n=1 is supported, got n=" + std::to_string(*n));
+  if (auto n = f.integer("n", INT64_MIN, INT64_MAX)) {
+    if (*n < 1 || *n > kMaxChoices)
+      throw invalid_value("n", "'n' must be between 1 and " + std::to_string(kMaxChoices) +
+                                   ", got " + std::to_string(*n));
+    r.n = int32_t(*n);
+  }
 
   if (const json* stop = f.get("stop")) {
     if (stop->is_string()) {

@@ -4,8 +4,8 @@
 // and a bad one throws ApiError 400 naming it in `param` (nested fields as
 // `messages[2].content[0].text`); unknown fields are ignored (clients send
 // extras). Fields that would silently change the meaning of a request if
-// ignored (`echo`, `best_of` > 1, `suffix`, `n` != 1) are
-// refused instead. The full field table is in docs/api.md.
+// ignored (`echo`, `best_of` > 1, `suffix`) are refused instead. The full field table is in
+// docs/api.md.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,9 @@
 namespace tandem::server {
 
 enum class Endpoint { Completions, Chat };
+
+// The most choices (`n`) one request may ask for.
+inline constexpr int32_t kMaxChoices = 16;
 
 // `tool_choice`: auto (the default), none (the template gets no tools and
 // the output is not parsed for calls), required, or one named function
@@ -60,6 +63,9 @@ struct OpenAIRequest {
   // context with finish_reason "length" either way.
   GenerationParams params;
   bool seed_given = false;
+  // `n`: choices to generate for the prompt (1..kMaxChoices), each its own
+  // engine sequence; choice i samples with seed + i.
+  int32_t n = 1;
 
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

@@ -121,7 +121,7 @@ json usage_json(int32_t prompt_tokens, int32_t completion_tokens, int32_t cached
 }
 
 json response_json(const ResponseContext& ctx, const Generation& g) {
-  json choice = {{"index", 0}};
+  json choice = {{"index", ctx.index}};
   const bool parsed = ctx.endpoint == Endpoint::Chat && ctx.output.enabled;
   if (parsed) {
     const ChatOut& p = g.parsed;
@@ -148,7 +148,7 @@ json response_json(const ResponseContext& ctx, const Generation& g) {
 
 json token_chunk_json(const ResponseContext& ctx, const GenerationEvent& e, bool first,
                       size_t text_offset, const ChatOut* parsed) {
-  json choice = {{"index", 0}};
+  json choice = {{"index", ctx.index}};
   if (ctx.endpoint == Endpoint::Chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
@@ -174,7 +174,7 @@ json token_chunk_json(const ResponseContext& ctx, const GenerationEvent& e, bool
 }
 
 json final_chunk_json(const ResponseContext& ctx, FinishReason r, bool first, bool tool_calls) {
-  json choice = {{"index", 0}};
+  json choice = {{"index", ctx.index}};
   if (ctx.endpoint == Endpoint::Chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

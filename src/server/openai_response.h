@@ -1,8 +1,8 @@
 // Engine events -> OpenAI response bodies and server-sent-event chunks.
 //
 // Shapes (docs/api.md has examples):
-//  - non-stream: `text_completion` / `chat.completion` with one choice and
-//    `usage`;
+//  - non-stream: `text_completion` / `chat.completion` with a choice (n of
+//    them, built one by one with ResponseContext::index) and `usage`;
 //  - stream: one chunk per engine event with tokens (`text_completion` /
 //    `chat.completion.chunk`; the first chat chunk carries the role), then a
 //    chunk with `finish_reason`, then — with stream_options.include_usage — a
@@ -48,6 +48,7 @@ struct ResponseContext {
   bool include_usage = false;  // streams: stream_options.include_usage
   TokenRenderer render = token_id_text;
   ChatOutputConfig output;  // chat: reasoning and tool-call parsing
+  int index = 0;            // the choice this context writes (`n` > 1)
 };
 
 // A request's whole output, accumulated from its events (non-stream).

@@ -3,13 +3,15 @@
 // An entry lives from the engine's accepting a request until its HTTP
 // response is complete. Either of its ids finds it: the engine id ("req-7",
 // the id /v1/status lists and the X-Request-Id header carries) and the
-// response id ("cmpl-…" / "chatcmpl-…"). Thread-safe.
+// response id ("cmpl-…" / "chatcmpl-…"), which a request of `n` choices
+// shares among its n engine requests. Thread-safe.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -19,12 +21,12 @@ class RequestRegistry {
  public:
   void add(const std::string& response_id, const std::shared_ptr<RequestHandle>& handle);
   void remove(const std::string& response_id, const std::string& engine_id);
-  // Null when no request in flight has this id.
-  std::shared_ptr<RequestHandle> find(const std::string& id) const;
+  // The engine requests in flight under this id (none: empty).
+  std::vector<std::shared_ptr<RequestHandle>> find(const std::string& id) const;
 
  private:
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<RequestHandle>> by_id_;
+  std::multimap<std::string, std::shared_ptr<RequestHandle>> by_id_;
 };
 
 // Registers on construction, removes on destruction.

@@ -340,11 +340,14 @@ struct Server::Impl {
 
   void cancel(const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1];
-    std::shared_ptr<RequestHandle> h = s.registry.find(id);
-    if (!h)
+    const std::vector<std::shared_ptr<RequestHandle>> found = s.registry.find(id);
+    if (found.empty())
       throw ApiError(404, "request_not_found", "id", "no request in flight has id '" + id + "'");
-    const bool was_running = !h->finished();
-    h->cancel();
+    bool was_running = false;
+    for (const auto& h : found) {  // a response id of n choices: all of them
+      was_running = was_running || !h->finished();
+      h->cancel();
+    }
     set_json(res, 200, {{"id", id}, {"object", "request.cancel"}, {"cancelled", was_running}});
   }
 

@@ -78,7 +78,14 @@ let e = await expectApiError(client.completions.create({ ...request, model: 'gpt
 assert.ok(e instanceof OpenAI.NotFoundError);
 e = await expectApiError(client.completions.create({ ...request, temperature: -1 }), 400, 'invalid_value', 'temperature');
 assert.ok(e instanceof OpenAI.BadRequestError);
-await expectApiError(client.completions.create({ ...request, n: 2 }), 400, 'unsupported_value', 'n');
+await expectApiError(client.completions.create({ ...request, n: 17 }), 400, 'invalid_value', 'n');
+
+// n choices, through the SDK's types
+const two = await client.completions.create({ ...request, n: 2 });
+assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
+assert.deepEqual(two.choices[0].token_ids, whole.choices[0].token_ids, 'greedy choices are equal');
+assert.deepEqual(two.choices[1].token_ids, whole.choices[0].token_ids);
+assert.equal(two.usage.completion_tokens, 2 * whole.usage.completion_tokens);
 await expectApiError(
   client.chat.completions.create({ model: 'node-test', messages: [{ role: 'user', content: 'hi' }] }),
   400, 'no_chat_template', 'messages');
