@@ -513,26 +513,35 @@ struct ChoiceStream {
   }
 };
 
+// A stream's first event, read before the headers so that a request failing
+// before its first token gets a real status (thrown). False when the client
+// has gone (the response's status says so).
+bool await_first_event(ActiveRequest& a, httplib::Response& res) {
+  std::optional<GenerationEvent> first = a.next();
+  if (!first) {
+    res.status = kClientGone;
+    return false;
+  }
+  if (failed(first->finish) && first->ids.empty() && first->text.empty())
+    throw outcome_error(first->finish, first->error);
+  a.pending = std::move(first);
+  return true;
+}
+
+void start_event_stream(httplib::Response& res) {
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");  // proxies: do not buffer the stream
+}
+
 void answer_stream_choices(std::vector<std::shared_ptr<ActiveRequest>> choices,
                            httplib::Response& res) {
-  // Each choice's first event before the headers: a choice that fails before
-  // its first token fails the request with a real status.
-  for (auto& a : choices) {
-    std::optional<GenerationEvent> first = a->next();
-    if (!first) {
-      res.status = kClientGone;
-      return;
-    }
-    if (failed(first->finish) && first->ids.empty() && first->text.empty())
-      throw outcome_error(first->finish, first->error);
-    a->pending = std::move(first);
-  }
+  for (auto& a : choices)
+    if (!await_first_event(*a, res)) return;
   auto stream = std::make_shared<ChoiceStream>();
   stream->done.assign(choices.size(), false);
   stream->choices = std::move(choices);
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
+  start_event_stream(res);
   res.set_chunked_content_provider(
       "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->pump(sink); },
       [stream](bool success) {
@@ -542,17 +551,8 @@ void answer_stream_choices(std::vector<std::shared_ptr<ActiveRequest>> choices,
 }
 
 void answer_stream(const std::shared_ptr<ActiveRequest>& a, httplib::Response& res) {
-  std::optional<GenerationEvent> first = a->next();
-  if (!first) {
-    res.status = kClientGone;
-    return;
-  }
-  if (failed(first->finish) && first->ids.empty() && first->text.empty())
-    throw outcome_error(first->finish, first->error);
-  a->pending = std::move(first);
-  res.status = 200;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");  // proxies: do not buffer the stream
+  if (!await_first_event(*a, res)) return;
+  start_event_stream(res);
   res.set_chunked_content_provider(
       "text/event-stream", [a](size_t, httplib::DataSink& sink) { return a->pump(sink); },
       [a](bool success) {
