@@ -295,6 +295,26 @@ INSTANTIATE_TEST_SUITE_P(TextFixtures, PrefixCacheTest,
                            return name;
                          });
 
+// Requests that arrive together with the same prompt (a request's n
+// choices): the first computes it, the others wait for its blocks and take
+// them, and all answer the same.
+TEST_F(EngineTest, IdenticalPromptsArrivingTogetherComputeThemOnce) {
+  auto engine = make();
+  GenerationParams p = greedy(6);
+  const std::vector<int32_t> prompt = prompt_of(9, 40);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (int i = 0; i < 3; ++i) hs.push_back(engine->submit(prompt, p));
+  std::vector<Outcome> outs;
+  for (auto& h : hs) outs.push_back(drain(*h));
+  EXPECT_EQ(outs[0].cached_tokens, 0);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(outs[size_t(i)].cached_tokens, 32) << i;
+    EXPECT_EQ(outs[size_t(i)].ids, outs[0].ids) << i;
+  }
+  EXPECT_EQ(outs[0].ids, solo_greedy(*model_, prompt, 6));
+  EXPECT_EQ(engine->status().total_prompt_tokens, 40u + 8u + 8u);
+}
+
 TEST_F(EngineTest, InjectedKvExhaustionMakesTheRequestWait) {
   auto engine = make({}, "kv-exhaust@1");
   auto a = engine->submit(prompt_of(1, 8), greedy(6));

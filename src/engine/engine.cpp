@@ -384,6 +384,10 @@ struct Engine::Impl {
           seq->images_cached = seq->images_encoded = 0;
           continue;
         }
+        if (follows_an_older_prompt(*seq)) {
+          if (took_prefix) kv_release(*kv_pool, seq->kv);  // waiting: holds nothing
+          continue;
+        }
         // May exceed the budget by at most one image run (the decoder is
         // sized for it).
         const int64_t n = chunk_size(*seq, std::min(seq->pending(), budget));
@@ -425,6 +429,29 @@ struct Engine::Impl {
   bool take_cached_prefix(Sequence& seq) {
     if (!config.prefix_cache || seq.kv.length != 0) return false;
     return kv_take_prefix(*kv_pool, model.spec, seq.kv, prefix_tokens(seq)) > 0;
+  }
+
+  // Whether a sequence about to start its prompt should wait a step for an
+  // older one now computing the same tokens (the n choices of one request,
+  // agents sharing a system prompt that arrive together): the older one's
+  // next block is not yet published, and this one would take it once it is
+  // instead of computing it too. Text prompts only.
+  bool follows_an_older_prompt(const Sequence& seq) const {
+    constexpr int64_t B = KvPool::kBlockSize;
+    const int64_t next_block_end = seq.kv.length + B;
+    if (!config.prefix_cache || seq.cached_tokens >= 0 || seq.vision_lane() ||
+        int64_t(seq.tokens.size()) <= next_block_end)
+      return false;
+    for (const auto& older : active) {
+      if (older.get() == &seq) return false;  // only sequences before it
+      const Sequence& o = *older;
+      if (o.handle->finished() || o.vision_lane() || o.cached_tokens < 0 ||
+          o.kv.length >= next_block_end || int64_t(o.tokens.size()) <= next_block_end)
+        continue;
+      if (std::equal(seq.tokens.begin(), seq.tokens.begin() + next_block_end, o.tokens.begin()))
+        return true;
+    }
+    return false;
   }
 
   // Vision lane, once per sequence before its first image is encoded: the
