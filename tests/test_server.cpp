@@ -158,6 +158,29 @@ TEST(ServerApi, NChoicesAreSeededSequencesInOneResponse) {
   EXPECT_EQ(streamed, outs);
   EXPECT_EQ(finishes, 3);
   EXPECT_EQ(usages, 1);
+  // A batch of prompts, n each: prompt p's choices are p·n .. p·n + n - 1,
+  // each prompt counted once in the usage.
+  json batch = {{"prompt", {{5, 6, 7, 8}, {9, 10}}},
+                {"max_tokens", 3},
+                {"ignore_eos", true},
+                {"temperature", 0},
+                {"n", 2}};
+  r = post_json(srv.port(), "/v1/completions", batch);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  ASSERT_EQ(r.body["choices"].size(), 4u);
+  for (size_t p = 0; p < 2; ++p) {
+    json one = batch;
+    one["prompt"] = batch["prompt"][p];
+    one["n"] = 1;
+    const std::vector<int32_t> alone = token_ids(post_json(srv.port(), "/v1/completions", one));
+    for (size_t j = 0; j < 2; ++j) {
+      EXPECT_EQ(r.body["choices"][2 * p + j]["index"], 2 * p + j);
+      EXPECT_EQ(r.body["choices"][2 * p + j]["token_ids"].get<std::vector<int32_t>>(), alone);
+    }
+  }
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], 6);
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 12);
+
   // More choices than the server runs at once: refused, not queued forever.
   body["n"] = 5;
   body["stream"] = false;

@@ -92,7 +92,7 @@ TemplateInputs template_inputs(const ServerState& s, const OpenAIRequest& r,
 // or, without a tokenizer, from a prompt given as ids. A chat request with
 // images also gets them decoded and preprocessed here (its own 400s).
 Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine,
-                    const std::string& raw_body) {
+                    const std::string& raw_body, size_t which = 0) {
   PromptBuilder* builder = s.builder.load();
   if (r.endpoint == Endpoint::Chat) {
     // Chat needs the model folder's tokenizer (cmd_serve passes it when the
@@ -116,14 +116,44 @@ Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine
     p.images = std::move(in.images);
     return p;
   }
-  if (r.prompt_text) {
+  const OpenAIRequest::CompletionPrompt& p = r.prompts.at(which);
+  if (p.text) {
     if (!builder)
       throw ApiError(400, "no_tokenizer", "prompt",
                      "this model folder has no tokenizer, so 'prompt' must be an array of token "
                      "ids, e.g. [1, 2, 3]");
-    return {builder->text_prompt(*r.prompt_text), {}};
+    return {builder->text_prompt(*p.text), {}};
   }
-  return {r.prompt_ids, {}};
+  return {p.ids, {}};
+}
+
+// Every prompt of the request (a completions batch has several), each
+// checked against the context.
+std::vector<Prompt> build_prompts(ServerState& s, const OpenAIRequest& r, const Engine& engine,
+                                  const std::string& raw_body) {
+  const size_t count = r.endpoint == Endpoint::Chat ? 1 : r.prompts.size();
+  std::vector<Prompt> out;
+  const int64_t vocab = engine.spec().vocab;
+  for (size_t i = 0; i < count; ++i) {
+    out.push_back(build_prompt(s, r, engine, raw_body, i));
+    // Checked here as well as at admission, so that a batch is refused
+    // before any of its prompts reaches the engine.
+    for (int32_t id : out.back().ids)
+      if (id < 0 || id >= vocab)
+        throw ApiError(400, "invalid_value", r.endpoint == Endpoint::Chat ? "messages" : "prompt",
+                       "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(vocab) + ")");
+    const size_t n = out.back().ids.size();
+    if (int64_t(n) >= engine.max_context())
+      throw ApiError(400, "context_length_exceeded",
+                     r.endpoint == Endpoint::Chat ? "messages"
+                     : count > 1                  ? "prompt[" + std::to_string(i) + "]"
+                                                  : "prompt",
+                     "the prompt is " + std::to_string(n) + " tokens but the context holds " +
+                         std::to_string(engine.max_context()) +
+                         " (prompt and generated tokens together); shorten the prompt");
+  }
+  return out;
 }
 
 // How the server reads a chat request's output (server/chat_output.h), and
@@ -188,6 +218,19 @@ ApiError admission_error(const AdmissionError& e, const std::string& prompt_para
   return ApiError(e.status, code, param, msg);
 }
 
+// A response's usage: each prompt once (n choices share one), the
+// completions summed.
+struct UsageSum {
+  int32_t prompt = 0, completion = 0, cached = 0;
+  void add(bool counts_prompt, int32_t prompt_tokens, int32_t completion_tokens,
+           int32_t cached_tokens) {
+    completion += completion_tokens;
+    if (!counts_prompt) return;
+    prompt += prompt_tokens;
+    cached += cached_tokens;
+  }
+};
+
 // One accepted request, from submit until its response is complete. For a
 // stream it is owned by the content provider, so it lives as long as httplib
 // writes the stream.
@@ -210,6 +253,9 @@ struct ActiveRequest {
   std::vector<int32_t> all_ids;         // dialect streams: the ids so far
   bool opened = false;
   bool gone = false;  // next() found the client gone or the server stopping
+  // Whether the usage counts this choice's prompt: the first choice of each
+  // prompt (the n choices of a prompt share it).
+  bool counts_prompt = true;
 
   ActiveRequest(ServerState& state, std::shared_ptr<RequestHandle> h, ResponseContext c,
                 ConnectionProbe p, double t0)
@@ -275,7 +321,9 @@ struct ActiveRequest {
   bool append(const GenerationEvent& e, std::string& out) {
     if (dialect) return append_dialect(e, out);
     if (!append_choice(e, out)) return false;
-    append_end(ctx, {e}, out);
+    UsageSum usage;
+    usage.add(true, e.prompt_tokens, e.completion_tokens, e.cached_tokens);
+    append_end(ctx, usage, {e}, out);
     return true;
   }
 
@@ -301,16 +349,11 @@ struct ActiveRequest {
   }
 
   // The end of a stream whose choices ended with `finals`: the usage chunk
-  // (if asked for: the prompt once, the completions summed), an error event
-  // for each failed choice, [DONE].
-  static void append_end(const ResponseContext& ctx, const std::vector<GenerationEvent>& finals,
-                         std::string& out) {
-    if (ctx.include_usage && !finals.empty()) {
-      int32_t completion = 0;
-      for (const GenerationEvent& e : finals) completion += e.completion_tokens;
-      out += sse_event(
-          usage_chunk_json(ctx, finals[0].prompt_tokens, completion, finals[0].cached_tokens));
-    }
+  // (if asked for), an error event for each failed choice, [DONE].
+  static void append_end(const ResponseContext& ctx, const UsageSum& usage,
+                         const std::vector<GenerationEvent>& finals, std::string& out) {
+    if (ctx.include_usage)
+      out += sse_event(usage_chunk_json(ctx, usage.prompt, usage.completion, usage.cached));
     for (const GenerationEvent& e : finals)
       if (e.finish == FinishReason::Error || e.finish == FinishReason::Timeout)
         out += sse_event(outcome_error(e.finish, e.error).body());
@@ -441,7 +484,8 @@ void answer_whole(ActiveRequest& a, httplib::Response& res) {
   res.set_content(dump_json(response_json(a.ctx, g)), "application/json");
 }
 
-// n > 1: every choice's output, or the first failure's error (the other
+// Several choices (n > 1, or a batch of prompts): every choice's output,
+// or the first failure's error (the other
 // choices are cancelled as their ActiveRequests go).
 void answer_whole_choices(std::vector<std::shared_ptr<ActiveRequest>>& choices,
                           httplib::Response& res) {
@@ -456,22 +500,24 @@ void answer_whole_choices(std::vector<std::shared_ptr<ActiveRequest>>& choices,
     outs.push_back(std::move(*g));
   }
   json j = response_json(choices[0]->ctx, outs[0]);
-  int32_t completion = outs[0].completion_tokens;
-  for (size_t i = 1; i < outs.size(); ++i) {
-    j["choices"].push_back(response_json(choices[i]->ctx, outs[i])["choices"][0]);
-    completion += outs[i].completion_tokens;
+  UsageSum usage;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (i > 0) j["choices"].push_back(response_json(choices[i]->ctx, outs[i])["choices"][0]);
+    usage.add(choices[i]->counts_prompt, outs[i].prompt_tokens, outs[i].completion_tokens,
+              outs[i].cached_tokens);
   }
-  j["usage"] = usage_json(outs[0].prompt_tokens, completion, outs[0].cached_tokens);
+  j["usage"] = usage_json(usage.prompt, usage.completion, usage.cached);
   res.status = 200;
   res.set_content(dump_json(j), "application/json");
 }
 
-// n > 1: the choices' chunks as they come (each with its index), then one
+// Several choices: their chunks as they come (each with its index), then one
 // usage chunk, the failed choices' errors and [DONE] when all have ended.
 struct ChoiceStream {
   std::vector<std::shared_ptr<ActiveRequest>> choices;
   std::vector<bool> done;
   std::vector<GenerationEvent> finals;
+  UsageSum usage;
 
   bool pump(httplib::DataSink& sink) {
     std::string out;
@@ -492,11 +538,12 @@ struct ChoiceStream {
         got = true;
         if (a.append_choice(*e, out)) {
           done[i] = true;
+          usage.add(a.counts_prompt, e->prompt_tokens, e->completion_tokens, e->cached_tokens);
           finals.push_back(std::move(*e));
         }
       }
       if (finals.size() == choices.size()) {
-        ActiveRequest::append_end(choices[0]->ctx, finals, out);
+        ActiveRequest::append_end(choices[0]->ctx, usage, finals, out);
         if (!sink.write(out.data(), out.size())) return false;
         sink.done();
         return true;
@@ -597,18 +644,14 @@ void run_generation(ServerState& s, Endpoint endpoint, const json& body, const s
   if (!engine) throw unavailable("model_loading", "the model is still loading; retry shortly");
 
   const std::string prompt_param = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  Prompt prompt = build_prompt(s, r, *engine, raw);
-  if (int64_t(prompt.ids.size()) >= engine->max_context())
-    throw ApiError(400, "context_length_exceeded", prompt_param,
-                   "the prompt is " + std::to_string(prompt.ids.size()) +
-                       " tokens but the context holds " + std::to_string(engine->max_context()) +
-                       " (prompt and generated tokens together); shorten the prompt");
+  std::vector<Prompt> prompts = build_prompts(s, r, *engine, raw);
 
   // Bound to the request before submit, so a client that is already gone
   // still gets its request cancelled.
   ConnectionProbe probe(req.remote_addr, req.remote_port, req.local_port);
   GenerationParams params = r.params;
-  const ChatOutputConfig output = output_config(r, s.builder.load(), *engine, prompt.ids, params);
+  const ChatOutputConfig output =
+      output_config(r, s.builder.load(), *engine, prompts[0].ids, params);
   if (r.response_format.active()) params.constraint = response_constraint(s, r, req.body);
   if (tool_choice_forced(r))
     params.constraint = tool_choice_constraint(r, nlohmann::ordered_json::parse(raw).at("tools"),
@@ -616,22 +659,27 @@ void run_generation(ServerState& s, Endpoint endpoint, const json& body, const s
   else if (r.thinking_budget && !params.constraint && s.builder.load())
     params.constraint = reasoning_budget_constraint(*r.thinking_budget, output, *s.builder.load(),
                                                     engine->spec().vocab);
-  const int32_t prompt_tokens = int32_t(prompt.ids.size());
-  if (r.n > s.options.max_concurrent)
-    throw invalid_value("n", "'n' is " + std::to_string(r.n) + " but the server runs at most " +
-                                 std::to_string(s.options.max_concurrent) +
-                                 " requests at once (--max-concurrent)");
-  // One engine sequence a choice; choice i samples with seed + i.
+  const size_t total = prompts.size() * size_t(r.n);
+  if (total > size_t(s.options.max_concurrent))
+    throw invalid_value(
+        prompts.size() > 1 ? "prompt" : "n",
+        std::to_string(total) + " choices (" + std::to_string(prompts.size()) +
+            " prompts, n=" + std::to_string(r.n) + ") but the server runs at most " +
+            std::to_string(s.options.max_concurrent) + " requests at once (--max-concurrent)");
+  // One engine sequence a choice: prompt p's choice j is choice p·n + j,
+  // sampled with seed + p·n + j.
   std::vector<std::shared_ptr<RequestHandle>> handles;
+  std::vector<int32_t> prompt_tokens;
   try {
-    for (int32_t i = 0; i < r.n; ++i) {
-      GenerationParams choice = params;
-      choice.sampling.seed += uint64_t(i);
-      const bool last = i + 1 == r.n;
-      handles.push_back(
-          last ? engine->submit(std::move(prompt.ids), choice, std::move(prompt.images))
-               : engine->submit(prompt.ids, choice, prompt.images));
-    }
+    for (Prompt& prompt : prompts)
+      for (int32_t j = 0; j < r.n; ++j) {
+        GenerationParams choice = params;
+        choice.sampling.seed += uint64_t(handles.size());
+        prompt_tokens.push_back(int32_t(prompt.ids.size()));
+        handles.push_back(
+            j + 1 == r.n ? engine->submit(std::move(prompt.ids), choice, std::move(prompt.images))
+                         : engine->submit(prompt.ids, choice, prompt.images));
+      }
   } catch (const AdmissionError& e) {
     for (auto& h : handles) h->cancel();
     throw admission_error(e, prompt_param);
@@ -658,7 +706,8 @@ void run_generation(ServerState& s, Endpoint endpoint, const json& body, const s
     c.index = int(i);
     auto active = std::make_shared<ActiveRequest>(s, handles[i], std::move(c), probe, start);
     active->dialect = dialect;
-    active->prompt_tokens = prompt_tokens;
+    active->prompt_tokens = prompt_tokens[i];
+    active->counts_prompt = i % size_t(r.n) == 0;
     active->user_stops = r.params.stop;
     choices.push_back(std::move(active));
   }

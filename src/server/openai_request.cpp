@@ -408,23 +408,31 @@ OpenAIRequest parse_completion_request(const json& body, double max_timeout_s) {
   const json* prompt = f.get("prompt");
   if (!prompt) throw missing_param("prompt");
   if (prompt->is_string()) {
-    r.prompt_text = prompt->get<std::string>();
+    r.prompts.push_back({{}, prompt->get<std::string>()});
   } else if (prompt->is_array()) {
     if (prompt->empty()) throw invalid_value("prompt", "'prompt' must not be empty");
     const json& first = (*prompt)[0];
     if (first.is_string() || first.is_array()) {
-      // A batch of prompts: only a batch of one is served (n=1).
-      if (prompt->size() != 1)
-        throw unsupported("prompt",
-                          "batched prompts are not supported; send one prompt per request");
-      if (first.is_string()) {
-        r.prompt_text = first.get<std::string>();
-      } else {
-        if (first.empty()) throw invalid_value("prompt", "'prompt' must not be empty");
-        r.prompt_ids = token_ids(first, "prompt[0]");
+      // A batch: strings or token id arrays, each answered by n choices.
+      if (prompt->size() * size_t(r.n) > size_t(kMaxChoices))
+        throw invalid_value("prompt", "a batch of " + std::to_string(prompt->size()) +
+                                          " prompts with n=" + std::to_string(r.n) + " is " +
+                                          std::to_string(prompt->size() * size_t(r.n)) +
+                                          " choices; at most " + std::to_string(kMaxChoices));
+      for (size_t i = 0; i < prompt->size(); ++i) {
+        const json& p = (*prompt)[i];
+        const std::string where = index_path("prompt", i);
+        if (p.is_string()) {
+          r.prompts.push_back({{}, p.get<std::string>()});
+        } else if (p.is_array()) {
+          if (p.empty()) throw invalid_value(where, "'" + where + "' must not be empty");
+          r.prompts.push_back({token_ids(p, where), std::nullopt});
+        } else {
+          throw invalid_type(where, "a string or an array of token ids");
+        }
       }
     } else {
-      r.prompt_ids = token_ids(*prompt, "prompt");
+      r.prompts.push_back({token_ids(*prompt, "prompt"), std::nullopt});
     }
   } else {
     throw invalid_type("prompt", "a string or an array of token ids");

@@ -37,9 +37,13 @@ struct OpenAIRequest {
   Endpoint endpoint = Endpoint::Completions;
   std::optional<std::string> model;  // absent: the served model
 
-  // Completions: the prompt is token ids, or text (which needs a tokenizer).
-  std::vector<int32_t> prompt_ids;
-  std::optional<std::string> prompt_text;
+  // Completions: one prompt or a batch (up to kMaxChoices), each token ids
+  // or text (which needs a tokenizer).
+  struct CompletionPrompt {
+    std::vector<int32_t> ids;
+    std::optional<std::string> text;
+  };
+  std::vector<CompletionPrompt> prompts;
 
   // Chat: validated as described in prompt_builder.h; null when absent.
   json messages;
