@@ -391,7 +391,10 @@ struct Engine::Impl {
         // May exceed the budget by at most one image run (the decoder is
         // sized for it).
         const int64_t n = chunk_size(*seq, std::min(seq->pending(), budget));
-        if (n <= 0) continue;
+        if (n <= 0) {  // no budget left this step: waiting, it holds nothing
+          if (took_prefix) kv_release(*kv_pool, seq->kv);
+          continue;
+        }
         if (faults.kv_exhaust && seq->index == faults.kv_exhaust && seq->kv.length == 0) {
           faults.kv_exhaust = 0;  // fails once: the request must wait, then proceed
           continue;
