@@ -118,14 +118,12 @@ struct Sequence {
   std::vector<float> features;
   ImagePlacement placement;
   // The prefix cache over a prompt with images: each block's image salt and
-  // each image's placeholder end (image_prompt.h); the leading images the
+  // each image's placeholder end (image_prompt.h), and the leading images the
   // cache covered when the sequence was first seen (not encoded, their
-  // pixels kept in case the cache loses them) and the prompt position their
-  // blocks must reach.
+  // pixels kept in case the cache loses them).
   std::vector<uint64_t> block_salts;
   std::vector<int64_t> image_ends;
   size_t images_cached = 0;
-  int64_t cached_images_end = 0;
   bool cache_checked = false;
 
   Sequence(const GenerationParams& p) : params(p), sampler(p.sampling) {}
@@ -378,7 +376,7 @@ struct Engine::Impl {
         // Oldest first, so an older sequence can evict cached blocks before
         // a newer one takes them.
         const bool took_prefix = take_cached_prefix(*seq);
-        if (seq->images_cached > 0 && seq->kv.length < seq->cached_images_end) {
+        if (seq->images_cached > 0 && seq->kv.length < seq->image_ends[seq->images_cached - 1]) {
           // The cache lost blocks of images the sequence skipped: encode them.
           kv_release(*kv_pool, seq->kv);
           seq->images_cached = seq->images_encoded = 0;
@@ -469,7 +467,6 @@ struct Engine::Impl {
     while (k < seq.images.size() && seq.image_ends[k] <= cached) ++k;
     if (k == 0) return;
     seq.images_cached = seq.images_encoded = k;
-    seq.cached_images_end = seq.image_ends[k - 1];
     if (!seq.encoding()) place_images_of(seq);
   }
 

@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "image/image.h"
 
 namespace tandem {
@@ -57,20 +58,32 @@ ImagePrompt encode_image_prompt(const VisionTower& tower, ThreadPool& pool,
   return out;
 }
 
-std::vector<int64_t> image_token_ends(const std::vector<int32_t>& ids,
-                                      const std::vector<PreparedImage>& images,
-                                      int32_t placeholder) {
-  std::vector<int64_t> ends;
+namespace {
+
+// Calls f(position, image) for each placeholder of `ids`, images taking them
+// in order, `tokens` each; returns how many images got all of theirs.
+template <class F>
+size_t for_each_placeholder(const std::vector<int32_t>& ids,
+                            const std::vector<PreparedImage>& images, int32_t placeholder, F f) {
   size_t k = 0;
   int64_t left = k < images.size() ? images[k].tokens : 0;
   for (size_t i = 0; i < ids.size() && k < images.size(); ++i) {
     if (ids[i] != placeholder) continue;
-    if (--left == 0) {
-      ends.push_back(int64_t(i) + 1);
-      if (++k < images.size()) left = images[k].tokens;
-    }
+    f(i, k);
+    if (--left == 0 && ++k < images.size()) left = images[k].tokens;
   }
-  if (ends.size() != images.size())
+  return k;
+}
+
+}  // namespace
+
+std::vector<int64_t> image_token_ends(const std::vector<int32_t>& ids,
+                                      const std::vector<PreparedImage>& images,
+                                      int32_t placeholder) {
+  std::vector<int64_t> ends(images.size(), 0);
+  const size_t complete = for_each_placeholder(
+      ids, images, placeholder, [&](size_t i, size_t k) { ends[k] = int64_t(i) + 1; });
+  if (complete != images.size())
     fail("image_token_ends: the prompt has too few placeholders for its %zu images", images.size());
   return ends;
 }
@@ -79,13 +92,8 @@ namespace {
 
 // A 64-bit hash of an image as the tower sees it: its grid and pixels.
 uint64_t image_hash(const PreparedImage& img) {
-  auto mix = [](uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  uint64_t h = mix(uint64_t(img.height) << 32 | uint32_t(img.width));
-  h = mix(h ^ uint64_t(img.rows) ^ (uint64_t(img.tokens) << 24));
+  uint64_t h = mix64(uint64_t(img.height) << 32 | uint32_t(img.width));
+  h = mix64(h ^ uint64_t(img.rows) ^ (uint64_t(img.tokens) << 24));
   // Two lanes over the pixels' bits, folded: the pixels are megabytes.
   const std::vector<float>& px = img.pixels;
   const size_t n = px.size();
@@ -97,7 +105,7 @@ uint64_t image_hash(const PreparedImage& img) {
     b = (b ^ bits(i + 1)) * 0xc2b2ae3d27d4eb4full;
   }
   if (i < n) a = (a ^ bits(i)) * 0x9e3779b97f4a7c15ull;
-  return mix(mix(a) ^ b ^ n) | 1;  // never 0 (0 means "no image")
+  return mix64(mix64(a) ^ b ^ n) | 1;  // never 0 (0 means "no image")
 }
 
 }  // namespace
@@ -108,18 +116,15 @@ std::vector<uint64_t> image_block_salts(const std::vector<int32_t>& ids,
   std::vector<uint64_t> hashes;
   for (const PreparedImage& img : images) hashes.push_back(image_hash(img));
   std::vector<uint64_t> salts(size_t((int64_t(ids.size()) + block_size - 1) / block_size), 0);
-  size_t k = 0, last_block = SIZE_MAX, last_image = SIZE_MAX;
-  int64_t left = k < images.size() ? images[k].tokens : 0;
-  for (size_t i = 0; i < ids.size() && k < images.size(); ++i) {
-    if (ids[i] != placeholder) continue;
+  size_t last_block = SIZE_MAX, last_image = SIZE_MAX;
+  for_each_placeholder(ids, images, placeholder, [&](size_t i, size_t k) {
     const size_t block = i / size_t(block_size);
     if (block != last_block || k != last_image) {  // each image of a block once, in order
       salts[block] = salts[block] * 0x100000001b3ull ^ hashes[k];
       last_block = block;
       last_image = k;
     }
-    if (--left == 0 && ++k < images.size()) left = images[k].tokens;
-  }
+  });
   return salts;
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace tandem {
 
@@ -35,9 +36,9 @@ KvPool::KvPool(const ModelSpec& spec, int64_t full_blocks, int64_t sliding_block
     kind.keys.resize(kind.total);
     kind.published.assign(kind.total, 0);
     kind.cached_at.resize(kind.total);
-    kinds_[k].free.resize(size_t(counts[k]));
+    kind.free.resize(kind.total);
     // LIFO: hand out low ids first.
-    for (int64_t i = 0; i < counts[k]; ++i) kinds_[k].free[size_t(i)] = int32_t(counts[k] - 1 - i);
+    for (int64_t i = 0; i < counts[k]; ++i) kind.free[size_t(i)] = int32_t(counts[k] - 1 - i);
   }
   layers_.resize(size_t(spec.layers));
   for (int64_t l = 0; l < spec.layers; ++l) {
@@ -133,20 +134,15 @@ void KvPool::drop_cached() {
 }
 
 BlockKey block_key(uint64_t parent, const int32_t* tokens, uint64_t salt) {
-  // splitmix64's finalizer over each token folded into the running hash: a
-  // well-mixed 64-bit chain (lookup() also compares the tokens and parent).
-  auto mix = [](uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
+  // Each token folded into the running hash through mix64: a well-mixed
+  // 64-bit chain (lookup() also compares the tokens and parent).
   BlockKey key;
   key.parent = parent;
   key.salt = salt;
-  uint64_t h = mix(mix(parent + 0x9e3779b97f4a7c15ull) ^ salt);
+  uint64_t h = mix64(mix64(parent + 0x9e3779b97f4a7c15ull) ^ salt);
   for (int64_t i = 0; i < BlockKey::kTokens; ++i) {
     key.tokens[size_t(i)] = tokens[i];
-    h = mix(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9e3779b97f4a7c15ull * uint64_t(i + 1)));
+    h = mix64(h ^ (uint64_t(uint32_t(tokens[i])) + 0x9e3779b97f4a7c15ull * uint64_t(i + 1)));
   }
   key.hash = h;
   return key;
@@ -175,11 +171,19 @@ bool kv_reserve(KvPool& pool, const ModelSpec& spec, SequenceKv& seq, int64_t ne
   return true;
 }
 
+namespace {
+
+// The first block a sliding layer still needs at length `length`: the next
+// query (position `length`) sees keys from length - W + 1.
+int64_t first_sliding_block(const ModelSpec& spec, int64_t length) {
+  return std::max<int64_t>(0, length - spec.sliding_window + 1) / KvPool::kBlockSize;
+}
+
+}  // namespace
+
 void kv_trim_sliding(KvPool& pool, const ModelSpec& spec, SequenceKv& seq) {
   if (spec.sliding_window <= 0 || seq.sliding.empty()) return;
-  // The next query (position seq.length) sees keys from seq.length - W + 1.
-  const int64_t first_visible = std::max<int64_t>(0, seq.length - spec.sliding_window + 1);
-  const int64_t first_block = first_visible / KvPool::kBlockSize;
+  const int64_t first_block = first_sliding_block(spec, seq.length);
   int64_t drop = std::min<int64_t>(first_block - seq.sliding_first, int64_t(seq.sliding.size()));
   for (int64_t i = 0; i < drop; ++i) pool.release(AttentionKind::Sliding, seq.sliding[size_t(i)]);
   if (drop > 0) {
@@ -195,12 +199,6 @@ void kv_release(KvPool& pool, SequenceKv& seq) {
 }
 
 namespace {
-
-// The first block a sliding layer still needs at length `length` (as
-// kv_trim_sliding keeps them).
-int64_t first_sliding_block(const ModelSpec& spec, int64_t length) {
-  return std::max<int64_t>(0, length - spec.sliding_window + 1) / KvPool::kBlockSize;
-}
 
 // The longest prefix kv_take_prefix may take: its blocks, with their keys and the cached full and
 // sliding blocks (from block `first_sliding` on) that hold it.
