@@ -934,10 +934,9 @@ const VisionTower* Engine::vision() const {
   return impl_->vision;
 }
 
-std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
-                                              const GenerationParams& params,
-                                              std::vector<PreparedImage> images) {
-  Impl& m = *impl_;
+void Engine::check(const std::vector<int32_t>& prompt, const GenerationParams& params,
+                   const std::vector<PreparedImage>& images) const {
+  const Impl& m = *impl_;
   const ModelSpec& spec = m.model.spec;
   if (prompt.empty()) throw AdmissionError(400, "prompt", "the prompt is empty");
   for (size_t i = 0; i < prompt.size(); ++i)
@@ -973,6 +972,13 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
                                      "need %lld",
                                      (long long)slots, images.size(), (long long)want));
   }
+}
+
+std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt,
+                                              const GenerationParams& params,
+                                              std::vector<PreparedImage> images) {
+  Impl& m = *impl_;
+  check(prompt, params, images);
   auto seq = std::make_unique<Sequence>(params);
   const double now = now_s();
   seq->start = now;

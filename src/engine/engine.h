@@ -241,6 +241,10 @@ class Engine {
   // images' soft tokens, are refused (400).
   std::shared_ptr<RequestHandle> submit(std::vector<int32_t> prompt, const GenerationParams& params,
                                         std::vector<PreparedImage> images = {});
+  // submit()'s 400 checks alone (AdmissionError), for a caller that must
+  // know every request of a group is admissible before submitting any.
+  void check(const std::vector<int32_t>& prompt, const GenerationParams& params,
+             const std::vector<PreparedImage>& images = {}) const;
 
   // Stops accepting, lets running requests finish for up to `grace_s`, fails
   // the rest, and stops the threads. Idempotent.

@@ -128,21 +128,14 @@ Prompt build_prompt(ServerState& s, const OpenAIRequest& r, const Engine& engine
 }
 
 // Every prompt of the request (a completions batch has several), each
-// checked against the context.
+// checked against the context (the engine's admission checks come later,
+// for all of them before any is submitted).
 std::vector<Prompt> build_prompts(ServerState& s, const OpenAIRequest& r, const Engine& engine,
                                   const std::string& raw_body) {
   const size_t count = r.endpoint == Endpoint::Chat ? 1 : r.prompts.size();
   std::vector<Prompt> out;
-  const int64_t vocab = engine.spec().vocab;
   for (size_t i = 0; i < count; ++i) {
     out.push_back(build_prompt(s, r, engine, raw_body, i));
-    // Checked here as well as at admission, so that a batch is refused
-    // before any of its prompts reaches the engine.
-    for (int32_t id : out.back().ids)
-      if (id < 0 || id >= vocab)
-        throw ApiError(400, "invalid_value", r.endpoint == Endpoint::Chat ? "messages" : "prompt",
-                       "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                           std::to_string(vocab) + ")");
     const size_t n = out.back().ids.size();
     if (int64_t(n) >= engine.max_context())
       throw ApiError(400, "context_length_exceeded",
@@ -671,6 +664,8 @@ void run_generation(ServerState& s, Endpoint endpoint, const json& body, const s
   std::vector<std::shared_ptr<RequestHandle>> handles;
   std::vector<int32_t> prompt_tokens;
   try {
+    // A group is refused before any of it reaches the engine.
+    for (const Prompt& prompt : prompts) engine->check(prompt.ids, params, prompt.images);
     for (Prompt& prompt : prompts)
       for (int32_t j = 0; j < r.n; ++j) {
         GenerationParams choice = params;
