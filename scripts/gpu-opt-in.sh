@@ -19,11 +19,11 @@
 # and llama-3.2-1b the same way), OUT_DIR/attention.txt (the attention
 # kernels alone) and OUT_DIR/bench-stderr.log: seven files, since the GPU
 # machine returns only about eight a call. BENCH_ARGS: more bench_cuda_decode
-# arguments for every benchmark, e.g. the int8 prefill GEMM over packed
-# 4-bit weights against bf16 tiles and against the dequantized weights:
+# arguments for every benchmark, e.g. packed 4-bit weights with the skinny
+# GEMM's row groups:
 #
 #   BENCH_ARGS="--quantize 4" scripts/gpu-opt-in.sh B OUT \
-#     TANDEM_CUDA_PACKED_QUANT=1 TANDEM_CUDA_AFFINE_MMA_PREFILL=1
+#     TANDEM_CUDA_SKINNY_ROW_GROUPS=4
 #
 # Exit status: non-zero when a test failed.
 set -u

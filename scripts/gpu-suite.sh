@@ -17,7 +17,8 @@
 # vision-profile.txt (bench_cuda_vision: each tower's encode) and
 # OUT_DIR/serve.log (each demo model in models/, or the built-in one, served
 # with --device cuda and checked by tandem coherence on both lanes; a seeded
-# sampling check; loadgen TTFT / ITL on llama-3.2-1b's shapes). `quick` runs
+# sampling check; loadgen TTFT / ITL on llama-3.2-1b's shapes; the prefix
+# cache against --no-prefix-cache, scripts/gpu-prefix-check.py). `quick` runs
 # the tests and one shape. Each part runs only when BUILD_DIR has its binary
 # (tandem_cuda_tests, bench_cuda_decode, tandem + loadgen), so a build can be
 # carried to the GPU machine in pieces.
@@ -140,6 +141,28 @@ if [ -x "$build/tandem" ]; then
         --prompt-tokens 128 --max-tokens 64 || status=1
       kill $pid
       wait $pid 2>/dev/null
+      # The prefix cache: the same requests with it and without it must
+      # generate the same ids, and only the first report cached tokens.
+      echo "== prefix cache, llama-3.2-1b shapes, --device cuda"
+      for cache in on off; do
+        flag=""
+        [ $cache = off ] && flag=--no-prefix-cache
+        "$build/tandem" serve /tmp/tandem-l1b --device cuda --port 8133 $flag \
+          >"$out/serve-prefix-$cache.log" 2>&1 &
+        pid=$!
+        timeout 150 python3 scripts/gpu-prefix-check.py http://127.0.0.1:8133 \
+          "$out/prefix-$cache.json" || status=1
+        kill $pid
+        wait $pid 2>/dev/null
+      done
+      python3 - "$out/prefix-on.json" "$out/prefix-off.json" <<'PY' || status=1
+import json, sys
+on, off = (json.load(open(p)) for p in sys.argv[1:])
+same = all(on[k]["text"] == off[k]["text"] for k in on)
+hits = on["same"]["cached_tokens"] > 0 and on["extended"]["cached_tokens"] > 0
+print("prefix cache: ids equal without it:", same, "- cached tokens reported:", hits)
+sys.exit(0 if same and hits else 1)
+PY
     fi
   } >"$out/serve.log" 2>&1
 fi

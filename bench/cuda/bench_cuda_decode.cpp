@@ -23,7 +23,7 @@
 // cuBLAS GEMMs (prefill, 3+ sequences): bf16 (the default, as the engine's)
 // or f32 (hi/lo halves).
 // --quantize quantizes the checkpoint on load (affine, group 64, as
-// `--quantize q4|q8`); with TANDEM_CUDA_PACKED_QUANT=1 the device keeps the
+// `--quantize q4|q8`); at 4 bits (at 8 with TANDEM_CUDA_PACKED_QUANT=1) the device keeps the
 // codes packed, so the bytes streamed are the codes, scales and biases
 // (otherwise they are dequantized to bf16 at upload). Decode steps sample greedily on the device,
 // as the engine does for requests without constraints or logprobs; --host-logits copies every
@@ -48,6 +48,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/decoder.h"
+#include "backend/cuda/device_matrix.h"
 #include "backend/cuda/runtime.h"
 #include "cuda_bench_util.h"
 #include "model/decoder.h"
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
   // device (kept packed: the codes plus f32 scale and bias per group of 64;
   // else dequantized to bf16 at upload, which the first version counted as
   // packed, 3.2x too many parameters at 4 bits).
-  const bool packed = quantize && cuda::env_is("TANDEM_CUDA_PACKED_QUANT", "1");
+  const bool packed = quantize && cuda::keeps_packed(int(quantize));
   const double width = packed ? double(quantize) / 8 + 8.0 / 64 : dtype == "f32" ? 4.0 : 2.0;
   const double params = double(dec.streamed_bytes()) / width;
   std::printf(

@@ -110,11 +110,5 @@ namespace tandem::cuda {
 // checked affine_mma_takes(w, n).
 void launch_affine_mma(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* y,
                        cudaStream_t stream);
-// gemm_affine_prefill.cu: the same over more than kAffineMmaMaxTokens tokens,
-// the activations in the MmaActs layout of affine_prefill_tokens(n) tokens
-// (n rounded up to the kernel's 64-token tiles).
-int affine_prefill_tokens(int64_t n);
-void launch_affine_prefill(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* y,
-                           cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -1,7 +1,6 @@
-// What the tensor-core GEMMs over packed affine 4-bit weights share
-// (gemm_affine_mma.cu: int8, decode steps of up to 32 tokens;
-// gemm_affine_prefill.cu: int8, longer ones; gemm_affine_w4a16.cu: bf16,
-// longer ones): the int8 mma, its integer sums as floats, and a stage of
+// The pieces of the int8 tensor-core GEMM over packed affine 4-bit weights
+// (gemm_affine_mma.cu, decode steps of up to 32 tokens): the int8 mma, its
+// integer sums as floats, and a stage of
 // weights in shared memory — ROWS rows' codes, scales and biases over 4
 // blocks of 32 columns, copied by cp.async. Included only by .cu files.
 #pragma once
@@ -128,8 +127,8 @@ struct StageWeights {
   }
 };
 
-// The ring of S stages the int8 GEMMs stream through (gemm_affine_mma.cu,
-// gemm_affine_prefill.cu). Its prologue: the weights of stages 0 .. S - 2,
+// The ring of S stages the int8 GEMM streams through (gemm_affine_mma.cu).
+// Its prologue: the weights of stages 0 .. S - 2,
 // a commit group each, go out before the PDL wait (weights are never
 // written), their activations after it, a group each.
 template <int S, typename IssueWeights, typename IssueActs>

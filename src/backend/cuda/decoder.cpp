@@ -286,14 +286,6 @@ struct Decoder::Impl {
   // llama-3.2-1b q4 at 16 / 32 sequences 3,599 -> 8,351 / 6,999 -> 11,748
   // tok/s, gemma-4-e2b 1,731 -> 3,537 / 2,725 -> 5,204; every shape 1.5-2.3x.
   const bool affine_mma = !env_is("TANDEM_CUDA_AFFINE_MMA", "0");
-  // Longer steps (prefill) over them on the int8 prefill GEMM with
-  // TANDEM_CUDA_AFFINE_MMA_PREFILL=1 (written without a GPU, not yet
-  // measured; else bf16 tiles).
-  const bool affine_mma_prefill = affine_mma && env_is("TANDEM_CUDA_AFFINE_MMA_PREFILL", "1");
-  // Or, under bf16 GEMM inputs, on the W4A16 GEMM (gemm_affine_w4a16: the
-  // tiles' numerics without the tiles) with TANDEM_CUDA_AFFINE_W4A16=1
-  // (written without a GPU, not yet measured).
-  const bool affine_w4a16 = env_is("TANDEM_CUDA_AFFINE_W4A16", "1");
   // Other steps past the GEMV over packed affine matrices dequantize them
   // to bf16 in tiles of at most this many weights (TANDEM_CUDA_DEQUANT_TILE_WEIGHTS;
   // default and most: the tile buffer's 32M), each tile then read by the
@@ -529,14 +521,8 @@ struct Decoder::Impl {
     }
     if (fusion.normalize || fusion.accumulate || fusion.gate != GemvGate::None || fusion.times)
       fail("CUDA decoder: %s of %lld tokens is not a GEMV and cannot fuse", op, (long long)n);
-    if (w.affine && affine_mma && (n <= kAffineMmaMaxTokens || affine_mma_prefill) &&
-        affine_mma_takes(w.view(), n)) {
+    if (w.affine && affine_mma && affine_mma_takes(w.view(), n)) {
       gemm_affine_int8(w.view(), xin, n, y, stream, xb.get(), xb.bytes());
-    } else if (w.affine && affine_w4a16 && bf16_gemm_inputs && w.bits == 4 &&
-               n > kAffineMmaMaxTokens) {
-      uint16_t* x16 = xb.as<uint16_t>();
-      split_bf16(xin, n * w.cols, x16, nullptr, stream);
-      gemm_affine_w4a16(w.view(), x16, n, y, stream);
     } else if (w.affine) {
       // Prefill: tiles of rows dequantized to bf16 hi + lo parts (a bf16
       // tile alone put Gemma 4's fixtures 0.5 x std off the f32 reference),

@@ -3,12 +3,11 @@
 //
 // Weights are uploaded once: bf16 and f32 as stored, f16 widened to f32,
 // affine 4/8-bit matrices (MLX, and GGUF Q8_0/Q4_0/Q4_K as loaded)
-// dequantized to bf16 — or, with TANDEM_CUDA_PACKED_QUANT=1, kept packed
-// with f32 scales and biases for the fused-dequant GEMV and, for 4-bit
-// steps of 5-32 tokens, the int8 tensor-core GEMM (opt-in: faster than the
-// bf16 path at batch 1, still behind it batched; other steps dequantize
-// bf16 tiles; parts of a fused projection that mix formats are always
-// dequantized). The KV rows live in
+// kept packed (4-bit by default, 8-bit with TANDEM_CUDA_PACKED_QUANT=1:
+// keeps_packed, device_matrix.h) with f32 scales and biases for the
+// fused-dequant GEMV and, for 4-bit steps of 5-32 tokens, the int8
+// tensor-core GEMM; other steps dequantize bf16 tiles; the rest, and parts
+// of a fused projection that mix formats, are dequantized to bf16. The KV rows live in
 // device memory under the block ids of the engine's KvPool (created without
 // host storage), one extra scratch block per kind for padding. Activations
 // are f32; decode-sized steps run the GEMV kernels (f32 accumulation over

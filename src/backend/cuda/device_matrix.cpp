@@ -14,15 +14,10 @@ namespace tandem::cuda {
 
 namespace {
 
-// Whether parts uploaded together stay quantized on the device: packed
-// weights are asked for (TANDEM_CUDA_PACKED_QUANT=1: at 4 bits faster than
-// bf16 at batch 1 and as fast at 16 sequences, but prefill over them
-// dequantizes bf16 tiles at every chunk, 24-64% slower on the H100 —
-// twenty-third session — so the default dequantizes to bf16 at upload) and
-// every part is affine with the same bits and group size (what the kernels
-// stream).
+// Whether parts uploaded together stay quantized on the device: every part
+// is affine with the same bits and group size (what the kernels stream) and
+// keeps_packed says so for their bits.
 bool stays_affine(const std::vector<const WeightMatrix*>& parts) {
-  if (!env_is("TANDEM_CUDA_PACKED_QUANT", "1")) return false;
   const WeightMatrix* first = nullptr;
   for (const WeightMatrix* w : parts) {
     if (!w->data || w->rows == 0) continue;
@@ -30,7 +25,7 @@ bool stays_affine(const std::vector<const WeightMatrix*>& parts) {
     if (first && (w->bits != first->bits || w->group_size != first->group_size)) return false;
     first = w;
   }
-  return first != nullptr;
+  return first != nullptr && keeps_packed(first->bits);
 }
 
 // The device dtype of dense matrices uploaded together: bf16 when every part
@@ -89,6 +84,11 @@ DevMatrix upload_affine(const std::vector<const WeightMatrix*>& parts, size_t& t
 }
 
 }  // namespace
+
+bool keeps_packed(int bits) {
+  if (env_is("TANDEM_CUDA_PACKED_QUANT", "0")) return false;
+  return bits == 4 || env_is("TANDEM_CUDA_PACKED_QUANT", "1");
+}
 
 size_t device_bytes(const std::vector<const WeightMatrix*>& parts) {
   size_t n = 0;

@@ -270,9 +270,8 @@ void launch_tiles(const AffineMatrix& w, const uint8_t* acts, int64_t n, float* 
 }  // namespace
 
 bool affine_mma_takes(const AffineMatrix& w, int64_t n) {
-  if (w.bits != 4 || n < 1 || n > INT32_MAX / 2 || w.rows > INT32_MAX || w.cols > INT32_MAX)
+  if (w.bits != 4 || n < 1 || n > kAffineMmaMaxTokens || w.rows > INT32_MAX || w.cols > INT32_MAX)
     return false;
-  if (n > kAffineMmaMaxTokens) return true;  // gemm_affine_prefill.cu: 48 KB a block
   const int tokens = MmaActs::tokens(int(n));
   return (n <= 16 ? row_tiles<2>(w, tokens) : row_tiles<4>(w, tokens)) > 0;
 }

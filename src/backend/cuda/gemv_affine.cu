@@ -324,9 +324,9 @@ uint8_t* act_scratch(size_t need, int64_t n, int64_t cols, void* scratch, size_t
 }
 
 // The token rows of gemm_affine_int8's activations for n tokens: rounded up
-// to its kernels' token tiles.
+// to its kernel's token tiles.
 int mma_tokens(int64_t n) {
-  return n <= kAffineMmaMaxTokens ? affine::MmaActs::tokens(int(n)) : affine_prefill_tokens(n);
+  return affine::MmaActs::tokens(int(std::min<int64_t>(n, kAffineMmaMaxTokens)));
 }
 
 void check_shape(const AffineMatrix& w, const float* x, const char* what) {
@@ -386,10 +386,7 @@ void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y
                               scratch_bytes, own, "gemm_affine_int8");
   launch(quantize_acts_kernel<4>, unsigned(tokens), kQuantizeThreads, 0, stream, x, int(n),
          int(w.cols), false, static_cast<const float*>(nullptr), 0.f, acts, size_t(0), tokens);
-  if (n <= kAffineMmaMaxTokens)
-    launch_affine_mma(w, acts, n, y, stream);
-  else
-    launch_affine_prefill(w, acts, n, y, stream);
+  launch_affine_mma(w, acts, n, y, stream);
 }
 
 }  // namespace tandem::cuda

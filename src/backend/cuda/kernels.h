@@ -431,24 +431,16 @@ size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n over 4-bit weights, with
 // gemv_affine's numerics (x quantized to int8 in blocks of 32; no fusions)
 // on int8 tensor cores (mma m16n8k32), without bf16 tiles of the weights:
-// up to kAffineMmaMaxTokens tokens the decode GEMM (the decoder: steps of
-// 5-32), beyond it the prefill GEMM (gemm_affine_prefill.cu; the decoder
-// only with TANDEM_CUDA_AFFINE_MMA_PREFILL=1: not yet measured). scratch as
-// gemv_affine's.
+// the decoder's steps of 5-32 tokens. scratch as gemv_affine's. (Prefill
+// GEMMs over the packed codes, int8 and W4A16, were measured on the H100 in
+// the twenty-sixth session at 0.38-0.67x of the bf16 tiles' speed and
+// removed: docs/performance.md.)
 constexpr int kAffineMmaMaxTokens = 32;
 // 4 bits, and up to kAffineMmaMaxTokens tokens the decode kernel's shared
 // memory fits the device.
 bool affine_mma_takes(const AffineMatrix& w, int64_t n);
 void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y,
                       cudaStream_t stream, void* scratch = nullptr, size_t scratch_bytes = 0);
-// y[t, r] = Σ_c bf16(w[r, c]) · x[t, c] for t < n over 4-bit weights and
-// bf16 activations x ([n, cols], 16-byte aligned): each weight rounded to
-// bf16 as dequantize_affine_bf16 rounds it, in registers (no tiles), bf16
-// tensor cores, f32 sums — the prefill GEMM of packed weights under bf16
-// GEMM inputs with TANDEM_CUDA_AFFINE_W4A16=1 (written without a GPU, not
-// yet measured).
-void gemm_affine_w4a16(const AffineMatrix& w, const uint16_t* x_bf16, int64_t n, float* y,
-                       cudaStream_t stream);
 // gemv_bf16_split's counterpart over 16-byte vectors of packed codes (at
 // least 16 a warp), by the fewest-warps rule (TANDEM_CUDA_GEMV_WARPS).
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated);
