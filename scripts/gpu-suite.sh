@@ -12,7 +12,7 @@
 # 4096 tokens, for each model shape in bench/configs; 8-128 sequences for
 # llama-3.2-1b; 4- and 8-bit weights; f32 KV rows against the default
 # bf16), OUT_DIR/profile.txt (device time per
-# op of a decode step), OUT_DIR/attention.txt (bench_cuda_attention: the
+# op of a decode step; gemma-3-1b's knockouts), OUT_DIR/attention.txt (bench_cuda_attention: the
 # prefill and decode attention kernels alone), OUT_DIR/vision.jsonl and
 # vision-profile.txt (bench_cuda_vision: each tower's encode) and
 # OUT_DIR/serve.log (each demo model in models/, or the built-in one, served
@@ -90,14 +90,23 @@ fi >>"$out/bench.jsonl" 2>>"$out/bench-stderr.log"
 [ -x "$build/bench_cuda_attention" ] && timeout 120 "$build/bench_cuda_attention" >"$out/attention.txt" 2>&1
 
 # Which ops take a decode step's time: the decoder's own per-op timing
-# (bench_cuda_decode --profile), batch 1 for each shape, batch 32 for one.
+# (bench_cuda_decode --profile: eager, an event after each op, so each op
+# carries a little event overhead), batch 1 for each shape, batch 32 for
+# llama-3.2-1b and gemma-3-1b; and for gemma-3-1b (the farthest from its
+# targets) the knockouts, what each op costs the replayed graph.
 for m in $configs; do
   c=bench/configs/$m.json
   [ -f "$c" ] || continue
   timeout 120 "$build/bench_cuda_decode" "$c" --context 1024 --tokens 16 --prefill 16 --profile
-  [ "$mode" = quick ] || [ "$m" != llama-3.2-1b ] && continue
+  [ "$mode" = quick ] && continue
+  case $m in llama-3.2-1b | gemma-3-1b) ;; *) continue ;; esac
   timeout 120 "$build/bench_cuda_decode" "$c" --context 1024 --tokens 16 --batch 32 --prefill 16 \
     --profile
+  [ "$m" = gemma-3-1b ] || continue
+  for b in 1 32; do
+    timeout 120 "$build/bench_cuda_decode" "$c" --context 1024 --tokens 16 --batch $b \
+      --prefill 16 --knockout
+  done
 done >"$out/profile.jsonl" 2>"$out/profile.txt"
 
 # The server on the GPU (when BUILD_DIR has tandem): the demo models in
