@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "model/image_prompt.h"
+#include "model/kv_pool.h"
 #include "model/vision_tower.h"
 #include "test_util.h"
 
@@ -269,6 +270,44 @@ TEST_P(EngineVision, TheNextTurnReusesTheImagesKvWithoutEncodingItAgain) {
   EXPECT_LT(changed.cached_tokens, next.cached_tokens);
   expect_same_answer(changed, changed_cold, "another image");
   EXPECT_EQ(engine->status().images_processed, 2u);
+}
+
+// Another question about the same image: the prompts agree up to just past
+// the image, so the cache serves every whole block before the first
+// different token — ending inside the image's run where a block boundary
+// falls there (Gemma 4's fixture: blocks [0, 64) of a run [4, 68), which
+// also the same prompt again now reuses). The image is encoded again for the
+// rest of its run, and both answers are a cold engine's.
+TEST_P(EngineVision, AnotherQuestionAboutTheSameImageReusesTheBlocksUpToTheQuestion) {
+  constexpr int64_t B = KvPool::kBlockSize;
+  const json ref = reference(family_);
+  const json& one = ref["cases"][1];
+  const auto ids = one["ids"].get<std::vector<int32_t>>();
+  const int64_t len = int64_t(ids.size());
+  const int64_t image_end =
+      image_token_ends(ids, images(one["images"]), tower_->ids().placeholder).back();
+  ASSERT_LT(image_end + 1, len);
+  // The question: the first token after the image's closing marker changed.
+  std::vector<int32_t> other = ids;
+  const int64_t diff = image_end + 1;
+  other[size_t(diff)] = ids[size_t(diff)] == ids[size_t(len - 1)] ? ids[0] : ids[size_t(len - 1)];
+  ASSERT_NE(other[size_t(diff)], ids[size_t(diff)]);
+  auto engine = make(true);
+  auto cold = make(true, nullptr, /*prefix_cache=*/false);
+  const Result first = drain(*engine->submit(ids, params(4, 5), images(one["images"])));
+  ASSERT_EQ(first.finish, FinishReason::Length) << first.error;
+  const Result again = drain(*engine->submit(ids, params(4, 5), images(one["images"])));
+  EXPECT_EQ(again.cached_tokens, (len - 1) / B * B);
+  expect_same_answer(again, first, "the same prompt again");
+  const Result asked = drain(*engine->submit(other, params(4, 5), images(one["images"])));
+  const Result asked_cold = drain(*cold->submit(other, params(4, 5), images(one["images"])));
+  EXPECT_EQ(asked.cached_tokens, std::min(diff, len - 1) / B * B);
+  expect_same_answer(asked, asked_cold, "another question about the image");
+  std::printf(
+      "[vision cache] %s: image run ends at %lld of %lld; the same prompt took %d cached "
+      "tokens, another question %d\n",
+      family_.c_str(), (long long)image_end, (long long)len, again.cached_tokens,
+      asked.cached_tokens);
 }
 
 // The vision lane skipped the image (its blocks were cached), then the

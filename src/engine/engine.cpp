@@ -413,14 +413,10 @@ struct Engine::Impl {
     return batch;
   }
 
-  // A sequence's tokens for the prefix cache: with images, their salts,
-  // and (bidirectional towers) runs of soft tokens kept whole.
+  // A sequence's tokens for the prefix cache: with images, their salts.
   PrefixTokens prefix_tokens(const Sequence& seq) const {
     PrefixTokens q{seq.tokens};
-    if (seq.vision_lane()) {
-      q.salts = &seq.block_salts;
-      if (vision->bidirectional()) q.unsplit = vision->ids().placeholder;
-    }
+    if (seq.vision_lane()) q.salts = &seq.block_salts;
     return q;
   }
 

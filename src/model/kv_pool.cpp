@@ -226,12 +226,14 @@ PrefixMatch match_prefix(const KvPool& pool, const ModelSpec& spec, const Prefix
     }
     m.keys.push_back(key);
   }
-  // The longest of those that ends outside unsplit runs and whose visible
-  // sliding blocks are cached.
+  // The longest of those whose visible sliding blocks are cached. It may end
+  // inside a bidirectional image run: a published block's rows were computed
+  // in a step that held the whole run (prefill never splits one), and the
+  // salt ties them to the image's pixels, so they are what this prompt would
+  // compute; the rest of the run then comes as one chunk
+  // (chunk_outside_runs), attending to the cached part.
   for (m.blocks = int64_t(m.keys.size()); m.blocks > 0; --m.blocks) {
     const int64_t end = m.blocks * B;  // < tokens.size()
-    if (q.unsplit >= 0 && tokens[size_t(end - 1)] == q.unsplit && tokens[size_t(end)] == q.unsplit)
-      continue;
     if (!has_sliding) break;
     m.first_sliding = first_sliding_block(spec, end);
     m.sliding.clear();

@@ -44,9 +44,6 @@ struct PrefixTokens {
   // Per block: the salt of its images (image_block_salts); absent or past
   // its end: 0.
   const std::vector<uint64_t>* salts = nullptr;
-  // A prefix may not end between two of these tokens (a bidirectional image
-  // run, whose tokens must be computed in one step); -1: none.
-  int32_t unsplit = -1;
   uint64_t salt(int64_t block) const {
     return salts && block < int64_t(salts->size()) ? (*salts)[size_t(block)] : 0;
   }
@@ -174,8 +171,8 @@ void kv_release(KvPool& pool, SequenceKv& seq);
 
 // The prefix cache, for an empty `seq` about to compute `tokens`: takes the
 // cached blocks of the longest prefix of whole blocks that leaves at least
-// one token to compute (the last token's logits are needed), does not end
-// inside an unsplit run, and whose sliding blocks, if the model has sliding
+// one token to compute (the last token's logits are needed) and whose
+// sliding blocks, if the model has sliding
 // layers, are cached too. Returns the positions taken (seq.length).
 int64_t kv_take_prefix(KvPool& pool, const ModelSpec& spec, SequenceKv& seq,
                        const PrefixTokens& tokens);
