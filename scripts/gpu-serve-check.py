@@ -3,7 +3,8 @@
 
     gpu-serve-check.py URL STATUS_OUT [--wait-only]
 
-Waits up to 300 s for URL to answer /v1/models; then (unless --wait-only)
+Waits up to 300 s for URL's /health to answer 200 (the model loaded:
+/v1/models answers while it loads); then (unless --wait-only)
 saves /v1/status to STATUS_OUT and checks that it names a cuda device, and
 that one seeded sampled request (temperature, top-p, top-k, a repetition
 penalty: every device-sampling path) gives the same text twice and a
@@ -33,7 +34,7 @@ def main():
     deadline = time.time() + 300
     while True:
         try:
-            models = get(url + "/v1/models")
+            get(url + "/health")
             break
         except Exception as e:  # not up yet
             if time.time() > deadline:
@@ -49,7 +50,7 @@ def main():
     if not str(status.get("device", "")).startswith("cuda"):
         print("FAIL: /v1/status does not report a cuda device")
         return 1
-    model = models["data"][0]["id"]
+    model = get(url + "/v1/models")["data"][0]["id"]
 
     def ask(seed):
         body = {"model": model, "seed": seed, "max_tokens": 40, "temperature": 0.9,

@@ -159,15 +159,16 @@ if [ -x "$build/tandem" ]; then
         "$build/tandem" serve /tmp/tandem-l1b --device cuda --port 8133 $flag \
           >"$out/serve-prefix-$cache.log" 2>&1 &
         pid=$!
-        timeout 150 python3 scripts/gpu-prefix-check.py http://127.0.0.1:8133 \
-          "$out/prefix-$cache.json" || status=1
+        python3 scripts/gpu-serve-check.py http://127.0.0.1:8133 "" --wait-only &&
+          timeout 150 python3 scripts/gpu-prefix-check.py http://127.0.0.1:8133 \
+            "$out/prefix-$cache.json" || status=1
         kill $pid
         wait $pid 2>/dev/null
       done
       python3 - "$out/prefix-on.json" "$out/prefix-off.json" <<'PY' || status=1
 import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:])
-same = all(on[k]["text"] == off[k]["text"] for k in on)
+same = all(on[k]["ids"] == off[k]["ids"] for k in on)
 hits = on["same"]["cached_tokens"] > 0 and on["extended"]["cached_tokens"] > 0
 print("prefix cache: ids equal without it:", same, "- cached tokens reported:", hits)
 sys.exit(0 if same and hits else 1)
