@@ -11,7 +11,8 @@
 # model at every batch under every setting, one JSON line each in
 # OUT_DIR/ab.jsonl with a "setting" field. PROFILE_MODEL (default
 # gemma-3-1b) is also profiled op by op at the first batch under each
-# setting: OUT_DIR/ab-profile.txt. Errors in OUT_DIR/ab-stderr.log.
+# setting: OUT_DIR/ab-profile.txt (PROFILE_MODEL=none: no profiles). Errors
+# in OUT_DIR/ab-stderr.log.
 # BENCH_ARGS: more bench_cuda_decode arguments for every run, e.g. packed
 # 4-bit weights at 16 and 32 sequences under two dequantized tile sizes:
 #
@@ -50,6 +51,7 @@ for m in $models; do
   done
 done >"$out/ab.jsonl" 2>"$out/ab-stderr.log"
 
+[ "$profile_model" = none ] && exit 0
 first_batch=${batches%% *}
 for s in "$@"; do
   echo "== setting: ${s:-defaults}"

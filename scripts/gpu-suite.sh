@@ -18,7 +18,8 @@
 # OUT_DIR/serve.log (each demo model in models/, or the built-in one, served
 # with --device cuda and checked by tandem coherence on both lanes; a seeded
 # sampling check; loadgen TTFT / ITL on llama-3.2-1b's shapes; the prefix
-# cache against --no-prefix-cache, scripts/gpu-prefix-check.py). `quick` runs
+# cache against --no-prefix-cache, scripts/gpu-prefix-check.py, and on the
+# vision lane, scripts/gpu-vision-prefix-check.py). `quick` runs
 # the tests and one shape. Each part runs only when BUILD_DIR has its binary
 # (tandem_cuda_tests, bench_cuda_decode, tandem + loadgen), so a build can be
 # carried to the GPU machine in pieces.
@@ -139,6 +140,30 @@ if [ -x "$build/tandem" ]; then
     fi
     kill $pid
     wait $pid 2>/dev/null
+    # The prefix cache on the vision lane (the built-in demo model): another
+    # question about the same image, with the cache (its prefix may end
+    # inside the image's soft tokens) and without, must answer the same.
+    echo "== vision prefix cache, built-in demo model, --device cuda"
+    for cache in on off; do
+      flag=""
+      [ $cache = off ] && flag=--no-prefix-cache
+      "$build/tandem" serve --device cuda --port 8134 $flag >"$out/serve-vision-$cache.log" 2>&1 &
+      pid=$!
+      python3 scripts/gpu-serve-check.py http://127.0.0.1:8134 "" --wait-only &&
+        timeout 120 python3 scripts/gpu-vision-prefix-check.py http://127.0.0.1:8134 \
+          "$out/vision-prefix-$cache.json" || status=1
+      kill $pid
+      wait $pid 2>/dev/null
+    done
+    python3 - "$out/vision-prefix-on.json" "$out/vision-prefix-off.json" <<'PY' || status=1
+import json, sys
+on, off = (json.load(open(p))["second"] for p in sys.argv[1:])
+same = on["text"] == off["text"] and len(on["logprobs"]) == len(off["logprobs"]) and all(
+    abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"]))
+print("vision prefix cache: second answer equal without it:", same, "- cached tokens",
+      on["cached_tokens"], "of", on["prompt_tokens"])
+sys.exit(0 if same and on["cached_tokens"] > 0 else 1)
+PY
     if [ -x "$build/loadgen" ]; then
       "$build/tandem" synth bench/configs/llama-3.2-1b.json /tmp/tandem-l1b >/dev/null 2>&1
       "$build/tandem" serve /tmp/tandem-l1b --device cuda --port 8132 --max-concurrent 64 \

@@ -42,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -66,7 +67,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: bench_cuda_decode CONFIG.json [--dtype bf16] [--context N] [--tokens N] "
@@ -256,4 +257,15 @@ int main(int argc, char** argv) {
       double(batch) * kv_bytes, gbs, peak, gbs / peak, (long long)prefill,
       double(prefill) / prefill_s, 2.0 * params * double(prefill) / prefill_s / 1e12);
   return 0;
+}
+
+// Errors (an unreadable config, a model that does not fit) end the run with
+// their message and status 1, not an uncaught exception's abort.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_decode: %s\n", e.what());
+    return 1;
+  }
 }

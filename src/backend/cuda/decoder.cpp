@@ -271,6 +271,17 @@ struct Decoder::Impl {
   bool graphs = graphs_enabled_by_env();
   const bool bf16_gemm_inputs;  // GemmInputs::Bf16, else hi/lo halves
   int64_t gemv_tokens = Decoder::gemv_max_tokens();
+  // Steps of at most this many tokens launch with programmatic dependent
+  // launch (runtime.h; TANDEM_CUDA_PDL_MAX_TOKENS, TANDEM_CUDA_PDL=0/1
+  // overrides). Measured on the H100 (session 27, context 1,024, tok/s,
+  // off -> on): 4 / 8 / 16 sequences llama-3.2-1b 2,821 -> 3,125 / 5,337 ->
+  // 5,740 / 10,222 -> 10,992, qwen3-1.7b +10% / +9% / +4%, ministral-3-3b
+  // +4% / +4% / +4%, gemma-3-1b 2,394 -> 2,774 / 4,667 -> 5,397 / 8,652 ->
+  // 9,594, gemma-4-e2b +12% / +10% / +11%; at 32 llama +1.7%, qwen3 +2.7%,
+  // ministral +2.1%, gemma-4 +3.4%, gemma-3-1b -1.6% (15,938 -> 15,673).
+  // Until then only GEMV steps (2 tokens) took it, after a -2% at 32 on the
+  // H200 in the tenth session's kernels.
+  const int64_t pdl_tokens = env_count("TANDEM_CUDA_PDL_MAX_TOKENS", 32);
   int64_t affine_gemv_tokens = Decoder::affine_gemv_max_tokens();
   // bf16 GEMMs of up to this many tokens (under bf16 GEMM inputs) take
   // skinny_gemm_bf16 instead of cuBLAS (TANDEM_CUDA_SKINNY_MAX_TOKENS, at
@@ -495,9 +506,19 @@ struct Decoder::Impl {
 
   // Whether a bf16 GEMM of n tokens over bf16 activations runs as the
   // skinny GEMM (gemm_bf16, gated_gemm) rather than cuBLAS.
+  // Also, past skinny_tokens (up to kSkinnyGemmMaxTokens), matrices of at
+  // most TANDEM_CUDA_SKINNY_NARROW_ROWS rows (2,048; 0: none): cuBLAS's
+  // tiles over so few output rows leave SMs idle. Measured on the H100
+  // (session 27, 32 sequences, context 1,024, tok/s, none / 2,048 / 3,072):
+  // gemma-3-1b 15,751 / 17,591 / 17,573, gemma-4-e2b 7,449 / 7,932 / 7,949,
+  // qwen3-1.7b 8,839 / 9,238 / 9,230, llama-3.2-1b 17,408 / 17,733 /
+  // 18,113, ministral-3-3b 6,680 / 6,730 / 6,636 (its o and down, 3,072
+  // rows of up to 9,216 columns, lose at 3,072).
   bool takes_skinny(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x,
                     int64_t n) const {
-    return n <= skinny_tokens && skinny_gemm_fits(w, m, cols, x, n);
+    static const int64_t narrow_rows = env_count("TANDEM_CUDA_SKINNY_NARROW_ROWS", 2048);
+    const bool narrow = m <= narrow_rows && n <= kSkinnyGemmMaxTokens;
+    return (n <= skinny_tokens || narrow) && skinny_gemm_fits(w, m, cols, x, n);
   }
 
   // y[n, rows] = x[n, cols] · Wᵀ (+ bias), with `fusion` (GEMV steps only:
@@ -636,7 +657,7 @@ struct Decoder::Impl {
   // rows listed at off_logit_rows in `logits`. Only kernel launches and
   // device-side copies: capturable.
   void forward(int64_t T, int64_t R, int64_t n_images) {
-    PdlScope pdl(T <= gemv_tokens);  // measured: a gain at batch 1, a loss at 32 (runtime.h)
+    PdlScope pdl(T <= pdl_tokens);
     const ModelSpec& s = spec;
     const int64_t D = s.hidden, V = s.vocab;
     const Fuse fuse = fused_step(T);
