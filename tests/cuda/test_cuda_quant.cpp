@@ -41,6 +41,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "cuda_test_util.h"
@@ -177,8 +178,12 @@ TEST(CudaQuant, GemvFusionsMatchTheUnfusedMath) {
   // 2,048 columns: the words split over 2 (8-bit: 4) warps at batches 1-2.
   for (Shape s : {Shape{38, 384}, Shape{37, 384}, Shape{38, 2048}})
     for (int bits : {4, 8})
-      for (const HostFusion& f : fusion_cases(s.rows, s.cols))
-        for (int64_t n : {1, 2, 3, 9}) {
+      for (int64_t n : {1, 2, 3, 9}) {
+        // The sandwich-norm cases (pre_add) take any batch here: the
+        // quantize kernel builds each row's h' before quantizing it.
+        std::vector<HostFusion> cases = fusion_cases(s.rows, s.cols);
+        for (HostFusion& f : pre_add_cases(s.rows, s.cols, n)) cases.push_back(std::move(f));
+        for (const HostFusion& f : cases) {
           const int64_t rows = s.rows, cols = s.cols;
           RandomAffine w(bits, 64, rows, cols, uint32_t(bits * 100 + n + rows));
           std::vector<float> W;
@@ -193,11 +198,26 @@ TEST(CudaQuant, GemvFusionsMatchTheUnfusedMath) {
           DeviceFusion df(f);
           auto dy = upload(f.accumulate ? base : std::vector<float>(size_t(n * outputs), 0.f));
           cuda::gemv_affine(w.dev, dx.as<float>(), n, dy.as<float>(), nullptr, df.fusion);
+          const std::string what = std::to_string(bits) + "-bit " + std::to_string(rows) +
+                                   " rows n=" + std::to_string(n) + " " + f.name;
           expect_fused_gemv(download<float>(dy, size_t(n * outputs)), W, rows, cols, x, n, f, base,
-                            std::to_string(bits) + "-bit " + std::to_string(rows) +
-                                " rows n=" + std::to_string(n) + " " + f.name,
-                            /*int8_acts=*/true);
+                            what, /*int8_acts=*/true);
+          if (!f.pre_add.empty())
+            expect_residual_out(download<float>(df.residual_out, size_t(n * cols)), x, n, cols, f,
+                                what);
         }
+      }
+  // Rows past the quantize kernel's registers are refused, not truncated.
+  {
+    RandomAffine w(4, 64, 8, 12800, 7);
+    HostFusion f = pre_add_cases(8, 12800, 1).back();
+    DeviceFusion df(f);
+    auto dx = upload(random_floats(12800, 33, 1.f));
+    cuda::DeviceBuffer dy(8 * sizeof(float));
+    EXPECT_FALSE(cuda::gemv_affine_pre_add_fits(12800));
+    EXPECT_THROW(cuda::gemv_affine(w.dev, dx.as<float>(), 1, dy.as<float>(), nullptr, df.fusion),
+                 Error);
+  }
 }
 
 // The shapes above that split their words over warps (and 384 columns,

@@ -313,8 +313,9 @@ struct Decoder::Impl {
   // ministral): the residual add and the next input norm move into the
   // projections around them; else only the gated activation does.
   bool plain_residual = false;
-  // Sandwich norms on every layer (Gemma) and dense bf16 matrices with
-  // cols % 8 == 0: steps of up to kGemvPreAddMaxRows tokens defer each
+  // Sandwich norms on every layer (Gemma), q/k/v and gate/up bf16 or packed
+  // (gemv_affine_pre_add_fits), cols % 8 == 0: steps of up to
+  // kGemvPreAddMaxRows tokens defer each
   // block's output norm + residual add into the next projection
   // (GemvFusion::pre_add), the residual stream alternating between h and
   // h_alt (hcur is the live one).
@@ -1183,15 +1184,19 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
       m.plain_residual = m.plain_residual && !L.attn_out_norm.bytes() && !L.mlp_out_norm.bytes() &&
                          L.scalar == 1.0f;
     }
-    // GemvFusion::pre_add: gemv_bf16's vector kernel, on the two
-    // projections that read the residual stream.
-    m.sandwich =
-        !m.plain_residual && s.hidden % 8 == 0 && gemv_pre_add_fits(kGemvPreAddMaxRows, s.hidden);
+    // GemvFusion::pre_add on the two projections that read the residual
+    // stream: gemv_bf16's vector kernel, or gemv_affine's quantize kernel
+    // (unless TANDEM_CUDA_AFFINE_PRE_ADD=0, for measuring).
+    static const bool affine_pre_add = !env_is("TANDEM_CUDA_AFFINE_PRE_ADD", "0");
+    const auto takes_pre_add = [&](const DevMatrix& w) {
+      return w.affine ? affine_pre_add && gemv_affine_pre_add_fits(w.cols)
+                      : w.dtype == DType::BF16 && gemv_pre_add_fits(kGemvPreAddMaxRows, w.cols);
+    };
+    m.sandwich = !m.plain_residual && s.hidden % 8 == 0;
     for (const Layer& L : m.layers)
       m.sandwich = m.sandwich && L.attn_in_norm.bytes() && L.attn_out_norm.bytes() &&
-                   L.mlp_in_norm.bytes() && L.mlp_out_norm.bytes() && !L.qkv.affine &&
-                   L.qkv.dtype == DType::BF16 && !L.gate_up.affine &&
-                   L.gate_up.dtype == DType::BF16;
+                   L.mlp_in_norm.bytes() && L.mlp_out_norm.bytes() && takes_pre_add(L.qkv) &&
+                   takes_pre_add(L.gate_up);
     m.fuse_ple = m.sandwich && s.ple_dim > 0 && ple_fusion_enabled();
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

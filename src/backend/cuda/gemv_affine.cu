@@ -15,6 +15,7 @@
 #include "backend/cuda/gemv_fusion.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/reduce.h"
 #include "backend/cuda/runtime.h"
 
 namespace tandem::cuda {
@@ -56,51 +57,84 @@ constexpr int kCachedX = 6, kCachedW = 2;
 // weights loaded): every load it can issue early, it does (the norm weight before the PDL wait; x
 // once, kept in registers). x, written by the kernel before, is read with plain loads, never __ldg
 // (see gemv_affine_kernel).
+//
+// With `pre.add` (GemvFusion::pre_add, Gemma's sandwich norms; rows of at
+// most kPreAddMaxCols, all of them in registers): the row is first
+// h' = (x + rmsnorm(pre.add) · pre.weight) · pre.scale, written to
+// pre.residual_out, and h' is what the norm and the quantization take.
+struct PreAdd {
+  const float* add = nullptr;     // [n, cols], written by an earlier kernel
+  const float* weight = nullptr;  // [cols]
+  float scale = 1.f;
+  float* residual_out = nullptr;  // [n, cols]
+};
+constexpr int kPreAddMaxCols = 4 * kQuantizeThreads * kCachedX;
+
+__device__ __forceinline__ float sum_squares(float4 a) {
+  return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+}
+
 template <int BITS>
 __global__ void __launch_bounds__(kQuantizeThreads)
     quantize_acts_kernel(const float* x, int n, int cols, bool normalize,
                          const float* __restrict__ norm_weight, float eps,
-                         uint8_t* __restrict__ out, size_t row_bytes, int mma_tokens) {
+                         uint8_t* __restrict__ out, size_t row_bytes, int mma_tokens, PreAdd pre) {
   using A = Acts<BITS>;
   constexpr int NT = kQuantizeThreads;
   __shared__ float partial[NT / 32];
   pdl_launch_dependents();
-  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32, quads = cols / 4;
+  const int tid = int(threadIdx.x), quads = cols / 4;
   const float4* gw =
       normalize && norm_weight ? reinterpret_cast<const float4*>(norm_weight) : nullptr;
-  const float4 one = make_float4(1.f, 1.f, 1.f, 1.f);
+  const float4 one = make_float4(1.f, 1.f, 1.f, 1.f), zero = make_float4(0.f, 0.f, 0.f, 0.f);
   auto weight = [&](int f) { return gw && f < quads ? __ldg(gw + f) : one; };
   float4 g[kCachedW];
 #pragma unroll
   for (int k = 0; k < kCachedW; ++k) g[k] = weight(tid + NT * k);
+  const float4* pw = reinterpret_cast<const float4*>(pre.weight);
+  float4 pws[kCachedX];
+  if (pre.add) {
+#pragma unroll
+    for (int k = 0; k < kCachedX; ++k)
+      pws[k] = tid + NT * k < quads ? __ldg(pw + tid + NT * k) : one;
+  }
   pdl_wait();
   const int token = int(blockIdx.x);
   const bool real = token < n;  // else a pad row of zeros
   const float4* xr = reinterpret_cast<const float4*>(x + size_t(token) * size_t(cols));
   uint8_t* row = out + size_t(token) * row_bytes;
-  auto value = [&](int f) { return real && f < quads ? xr[f] : make_float4(0.f, 0.f, 0.f, 0.f); };
+  auto value = [&](int f) { return real && f < quads ? xr[f] : zero; };
   float4 xs[kCachedX];
 #pragma unroll
   for (int k = 0; k < kCachedX; ++k) xs[k] = value(tid + NT * k);
+  if (pre.add) {  // xs becomes h' (the host keeps cols within the cache)
+    const float4* ar = reinterpret_cast<const float4*>(pre.add + size_t(token) * size_t(cols));
+    float4 as[kCachedX];
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < kCachedX; ++k) {
+      as[k] = real && tid + NT * k < quads ? ar[tid + NT * k] : zero;
+      ss += sum_squares(as[k]);
+    }
+    const float s1 = 1.0f / sqrtf(block_sum<NT>(ss, partial) / float(cols) + eps), k2 = pre.scale;
+    float4* hr = reinterpret_cast<float4*>(pre.residual_out + size_t(token) * size_t(cols));
+#pragma unroll
+    for (int k = 0; k < kCachedX; ++k) {
+      const float4 a = xs[k], u = as[k], w = pws[k];
+      xs[k] = make_float4((a.x + s1 * u.x * w.x) * k2, (a.y + s1 * u.y * w.y) * k2,
+                          (a.z + s1 * u.z * w.z) * k2, (a.w + s1 * u.w * w.w) * k2);
+      if (real && tid + NT * k < quads) hr[tid + NT * k] = xs[k];
+    }
+  }
   float inv = 1.f;
   if (normalize) {
     float ss = 0.f;
 #pragma unroll
-    for (int k = 0; k < kCachedX; ++k)
-      ss += xs[k].x * xs[k].x + xs[k].y * xs[k].y + xs[k].z * xs[k].z + xs[k].w * xs[k].w;
-    for (int f = tid + NT * kCachedX; f < quads; f += NT) {
-      const float4 a = value(f);
-      ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) partial[warp] = ss;
-    __syncthreads();
-    float total = 0.f;
-#pragma unroll
-    for (int j = 0; j < NT / 32; ++j) total += partial[j];
-    inv = 1.0f / sqrtf(total / float(cols) + eps);
+    for (int k = 0; k < kCachedX; ++k) ss += sum_squares(xs[k]);
+    for (int f = tid + NT * kCachedX; f < quads; f += NT) ss += sum_squares(value(f));
+    inv = 1.0f / sqrtf(block_sum<NT>(ss, partial) / float(cols) + eps);
   }
-  const int vecs = A::vecs(cols), j = tid % 8;
+  const int warp = tid / 32, vecs = A::vecs(cols), j = tid % 8;
   float2* meta = reinterpret_cast<float2*>(row + A::meta_at(cols));
   float2* mma_meta = reinterpret_cast<float2*>(out + affine::MmaActs::meta_at(cols, mma_tokens));
   // Warp-uniform trip count (the shuffles need every lane): while the
@@ -292,10 +326,15 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
                uint8_t* acts, cudaStream_t stream) {
   const size_t rb = Acts<BITS>::row_bytes(int(w.cols));
   const bool gated = f.gate != GemvGate::None;
-  GemvFusion plain = f;  // the norm goes into the quantized activations
+  GemvFusion plain = f;  // the norm and pre_add go into the quantized activations
   plain.normalize = false;
+  plain.pre_add = plain.pre_add_weight = nullptr;
+  plain.residual_out = nullptr;
+  plain.pre_add_scale = 1.f;
+  const PreAdd pre{f.pre_add, f.pre_add_weight, f.pre_add_scale, f.residual_out};
   launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(n),
-         int(w.cols), f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb, 0);
+         int(w.cols), f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb, 0,
+         pre);
   const int64_t outputs = gated ? w.rows / 2 : w.rows;
   for_batch_runs(n, [&](auto run, int64_t t0) {
     constexpr int N = decltype(run)::value;
@@ -346,6 +385,10 @@ size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols) {
   return std::max(rows, affine::MmaActs::bytes(int(cols), mma_tokens(n)));  // gemm_affine_int8's
 }
 
+bool gemv_affine_pre_add_fits(int64_t cols) {
+  return cols % 4 == 0 && cols <= kPreAddMaxCols;
+}
+
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated) {
   if (n > kMaxSplitBatch) return 1;
   // launch_gemv's warp units: one row, or a gate/up pair, a warp.
@@ -359,9 +402,20 @@ void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cud
                  const GemvFusion& fusion, void* scratch, size_t scratch_bytes) {
   if (w.rows <= 0 || n <= 0) return;
   check_shape(w, x, "gemv_affine");
-  gemv::check_fusion(fusion, w.rows, "gemv_affine");
-  if (fusion.normalize && reinterpret_cast<uintptr_t>(fusion.norm_weight) % 16 != 0)
-    fail("gemv_affine: the norm weight is not 16-byte aligned");
+  if (fusion.pre_add && !gemv_affine_pre_add_fits(w.cols))
+    fail(
+        "gemv_affine: the sandwich-norm fusion (pre_add) takes rows of at most %d columns, a "
+        "multiple of 4 (got %lld)",
+        kPreAddMaxCols, (long long)w.cols);
+  gemv::check_fusion(fusion, w.rows, "gemv_affine", /*pre_add_ok=*/true);
+  for (const void* p :
+       {static_cast<const void*>(fusion.norm_weight), static_cast<const void*>(fusion.pre_add),
+        static_cast<const void*>(fusion.pre_add_weight),
+        static_cast<const void*>(fusion.residual_out)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      fail(
+          "gemv_affine: the norm weight, pre_add, its weight and residual_out must be 16-byte "
+          "aligned");
   DeviceBuffer own;
   uint8_t* acts = act_scratch(size_t(n) * act_row_bytes(w.bits, w.cols), n, w.cols, scratch,
                               scratch_bytes, own, "gemv_affine");
@@ -385,7 +439,8 @@ void gemm_affine_int8(const AffineMatrix& w, const float* x, int64_t n, float* y
   uint8_t* acts = act_scratch(affine::MmaActs::bytes(int(w.cols), tokens), n, w.cols, scratch,
                               scratch_bytes, own, "gemm_affine_int8");
   launch(quantize_acts_kernel<4>, unsigned(tokens), kQuantizeThreads, 0, stream, x, int(n),
-         int(w.cols), false, static_cast<const float*>(nullptr), 0.f, acts, size_t(0), tokens);
+         int(w.cols), false, static_cast<const float*>(nullptr), 0.f, acts, size_t(0), tokens,
+         PreAdd{});
   launch_affine_mma(w, acts, n, y, stream);
 }
 

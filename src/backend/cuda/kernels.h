@@ -417,10 +417,11 @@ struct AffineMatrix {
 };
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n (x and the codes 16-byte
 // aligned): the decode GEMV over the packed codes, with the fusions of
-// GemvFusion (not pre_add). As the CPU computes it (backend/cpu/kernels.h):
-// each row of x (normalized first when fusion.normalize) is quantized to
-// int8 in blocks of 32 values, so y differs from the f32 product with the
-// dequantized weights by that rounding; the integer products run on dp4a.
+// GemvFusion (pre_add where gemv_affine_pre_add_fits: any batch). As the CPU
+// computes it (backend/cpu/kernels.h): each row of x (through pre_add and
+// normalized first, as the fusion says) is quantized to int8 in blocks of
+// 32 values, so y differs from the f32 product with the dequantized
+// weights by that rounding; the integer products run on dp4a.
 // `scratch` holds the quantized rows: gemv_affine_scratch_bytes(w.bits, n,
 // w.cols) bytes (enough for gemm_affine_int8's layout of n tokens too),
 // 16-byte aligned (null: the call allocates its own, which
@@ -428,6 +429,10 @@ struct AffineMatrix {
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                  const GemvFusion& fusion = {}, void* scratch = nullptr, size_t scratch_bytes = 0);
 size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
+// Whether gemv_affine takes GemvFusion::pre_add over rows of `cols` (a
+// multiple of 4, at most 12,288: the quantize kernel keeps the row in
+// registers).
+bool gemv_affine_pre_add_fits(int64_t cols);
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n over 4-bit weights, with
 // gemv_affine's numerics (x quantized to int8 in blocks of 32; no fusions)
 // on int8 tensor cores (mma m16n8k32), without bf16 tiles of the weights:
