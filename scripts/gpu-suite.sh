@@ -110,6 +110,28 @@ for m in $configs; do
   done
 done >"$out/profile.jsonl" 2>"$out/profile.txt"
 
+# `tandem serve [MODEL] --device cuda` (no MODEL: the built-in one) on PORT
+# twice, with the prefix cache and with --no-prefix-cache, each time running
+# CHECK URL OUT_DIR/NAME-on|off.json within SECONDS once the model is loaded
+# (server logs: OUT_DIR/serve-NAME-on|off.log).
+#   cache_on_and_off NAME PORT CHECK SECONDS [MODEL]
+cache_on_and_off() {
+  name=$1 port=$2 check=$3 seconds=$4
+  shift 4
+  for cache in on off; do
+    flag=""
+    [ $cache = off ] && flag=--no-prefix-cache
+    "$build/tandem" serve "$@" --device cuda --port "$port" $flag \
+      >"$out/serve-$name-$cache.log" 2>&1 &
+    pid=$!
+    python3 scripts/gpu-serve-check.py "http://127.0.0.1:$port" "" --wait-only &&
+      timeout "$seconds" python3 "$check" "http://127.0.0.1:$port" "$out/$name-$cache.json" ||
+      status=1
+    kill $pid
+    wait $pid 2>/dev/null
+  done
+}
+
 # The server on the GPU (when BUILD_DIR has tandem): the demo models in
 # models/ (or, where their weights are not in this checkout, the built-in
 # one) through tandem coherence on both lanes; the same seeded request twice
@@ -144,17 +166,7 @@ if [ -x "$build/tandem" ]; then
     # question about the same image, with the cache (its prefix may end
     # inside the image's soft tokens) and without, must answer the same.
     echo "== vision prefix cache, built-in demo model, --device cuda"
-    for cache in on off; do
-      flag=""
-      [ $cache = off ] && flag=--no-prefix-cache
-      "$build/tandem" serve --device cuda --port 8134 $flag >"$out/serve-vision-$cache.log" 2>&1 &
-      pid=$!
-      python3 scripts/gpu-serve-check.py http://127.0.0.1:8134 "" --wait-only &&
-        timeout 120 python3 scripts/gpu-vision-prefix-check.py http://127.0.0.1:8134 \
-          "$out/vision-prefix-$cache.json" || status=1
-      kill $pid
-      wait $pid 2>/dev/null
-    done
+    cache_on_and_off vision-prefix 8134 scripts/gpu-vision-prefix-check.py 120
     python3 - "$out/vision-prefix-on.json" "$out/vision-prefix-off.json" <<'PY' || status=1
 import json, sys
 on, off = (json.load(open(p))["second"] for p in sys.argv[1:])
@@ -178,18 +190,7 @@ PY
       # The prefix cache: the same requests with it and without it must
       # generate the same ids, and only the first report cached tokens.
       echo "== prefix cache, llama-3.2-1b shapes, --device cuda"
-      for cache in on off; do
-        flag=""
-        [ $cache = off ] && flag=--no-prefix-cache
-        "$build/tandem" serve /tmp/tandem-l1b --device cuda --port 8133 $flag \
-          >"$out/serve-prefix-$cache.log" 2>&1 &
-        pid=$!
-        python3 scripts/gpu-serve-check.py http://127.0.0.1:8133 "" --wait-only &&
-          timeout 150 python3 scripts/gpu-prefix-check.py http://127.0.0.1:8133 \
-            "$out/prefix-$cache.json" || status=1
-        kill $pid
-        wait $pid 2>/dev/null
-      done
+      cache_on_and_off prefix 8133 scripts/gpu-prefix-check.py 150 /tmp/tandem-l1b
       python3 - "$out/prefix-on.json" "$out/prefix-off.json" <<'PY' || status=1
 import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:])
