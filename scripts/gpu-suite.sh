@@ -164,14 +164,19 @@ if [ -x "$build/tandem" ]; then
     wait $pid 2>/dev/null
     # The prefix cache on the vision lane (the built-in demo model): another
     # question about the same image, with the cache (its prefix may end
-    # inside the image's soft tokens) and without, must answer the same.
+    # inside the image's soft tokens) and without, must answer the same text
+    # with logprobs within 1e-2: the cached request prefills its last 30
+    # tokens in a 30-token step (the skinny GEMM), the other all 46 (cuBLAS),
+    # and the f32 sums' order reaches the logprobs through the bf16
+    # activations (-0.8592 against -0.8616 in session 28, -0.8616 both in
+    # session 27); KV rows reused wrongly would change the answer.
     echo "== vision prefix cache, built-in demo model, --device cuda"
     cache_on_and_off vision-prefix 8134 scripts/gpu-vision-prefix-check.py 120
     python3 - "$out/vision-prefix-on.json" "$out/vision-prefix-off.json" <<'PY' || status=1
 import json, sys
 on, off = (json.load(open(p))["second"] for p in sys.argv[1:])
 same = on["text"] == off["text"] and len(on["logprobs"]) == len(off["logprobs"]) and all(
-    abs(a - b) <= 1e-3 for a, b in zip(on["logprobs"], off["logprobs"]))
+    abs(a - b) <= 1e-2 for a, b in zip(on["logprobs"], off["logprobs"]))
 print("vision prefix cache: second answer equal without it:", same, "- cached tokens",
       on["cached_tokens"], "of", on["prompt_tokens"])
 sys.exit(0 if same and on["cached_tokens"] > 0 else 1)

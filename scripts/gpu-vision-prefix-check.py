@@ -11,7 +11,7 @@ question, so the cached prefix can end inside the image's soft tokens. Each
 answer is greedy with logprobs; OUT.json gets the texts, cached_tokens and
 prompt_tokens. Run it against a server with the cache and one with
 --no-prefix-cache: the second answers must be the same text and logprobs
-within 1e-3 (the suite compares them). Standard library only."""
+within 1e-2 (the suite compares them and says why not closer). Standard library only."""
 import json
 import sys
 import urllib.request

@@ -104,12 +104,25 @@ TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
     }
 }
 
+// The skinny GEMM's block layouts under test: {row groups a block, column
+// splits over a cluster}.
+constexpr std::pair<int, int> kSkinnyLayouts[] = {
+    {1, 1}, {cuda::kSkinnyRowGroups, 1}, {1, 2}, {1, 3}, {1, cuda::kSkinnyMaxColSplits}};
+
+// Whether the current device launches thread-block clusters (sm_90+).
+bool clusters() {
+  int device = 0;
+  return cudaGetDevice(&device) == cudaSuccess && cuda::launch_limits(device).cc_major >= 9;
+}
+
 // skinny_gemm_bf16 against double sums of the same bf16 operands: odd row
 // counts (a partial 16-row tile), columns that end mid-step (1,152 = 18
 // steps of 64, 80 = one and a quarter) and uneven column shares over the
 // 8 warps, 1 to 32 tokens (one to four 8-token mma tiles, full and partial), and an output
 // stride wider than the rows (the decoder writes row tiles of a wider y); with one row group a
-// block and kSkinnyRowGroups (teams of 2 warps, partial groups past the rows).
+// block and kSkinnyRowGroups (teams of 2 warps, partial groups past the rows), and one group
+// with its columns split over clusters of 2 to 4 blocks (splits past a matrix's columns leave
+// warps without steps: 80 columns over 32 warps).
 TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
   struct Shape {
     int64_t rows, cols;
@@ -122,13 +135,14 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
       const int64_t ldy = s.rows + 3;
       auto dw = upload(w16);
       auto dx = upload(x16);
-      for (int groups : {1, cuda::kSkinnyRowGroups}) {
+      for (auto [groups, splits] : kSkinnyLayouts) {
+        if (splits > 1 && !clusters()) continue;  // refused: SkinnyGemmColumnSplitsNeedClusters
         std::vector<float> sentinel(size_t(n * ldy), 1234.5f);
         auto dy = upload(sentinel);
         ASSERT_TRUE(
             cuda::skinny_gemm_fits(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n));
         cuda::skinny_gemm_bf16(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n,
-                               dy.as<float>(), ldy, nullptr, groups);
+                               dy.as<float>(), ldy, nullptr, groups, splits);
         const auto got = download<float>(dy, sentinel.size());
         size_t bad = 0;
         for (int64_t t = 0; t < n; ++t)
@@ -146,10 +160,12 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
               mag += std::fabs(p);
             }
             if (!(std::fabs(g - want) <= 1e-5 * mag + 1e-6) && bad++ < 3)
-              ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " groups=" << groups << " ["
-                            << t << ", " << r << "] gpu " << g << " want " << want;
+              ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " groups=" << groups
+                            << " splits=" << splits << " [" << t << ", " << r << "] gpu " << g
+                            << " want " << want;
           }
-        EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n << " groups=" << groups;
+        EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n << " groups=" << groups
+                           << " splits=" << splits;
       }
     }
   // Outside its shapes it says so (the decoder then takes cuBLAS).
@@ -181,10 +197,11 @@ TEST_F(CudaKernels, SkinnyGemmGatedMatchesDoubleSums) {
         const auto x16 = to_bf16(random_floats(size_t(n * s.cols), 44, 2.f));
         auto dw = upload(w16);
         auto dx = upload(x16);
-        for (int groups : {1, cuda::kSkinnyRowGroups}) {
+        for (auto [groups, splits] : kSkinnyLayouts) {
+          if (splits > 1 && !clusters()) continue;
           cuda::DeviceBuffer dy(size_t(n * F) * sizeof(float)), dyb(size_t(n * F) * 2);
           cuda::skinny_gemm_gated_bf16(dw.as<uint16_t>(), F, s.cols, dx.as<uint16_t>(), n, act,
-                                       dy.as<float>(), dyb.as<uint16_t>(), nullptr, groups);
+                                       dy.as<float>(), dyb.as<uint16_t>(), nullptr, groups, splits);
           const auto got = download<float>(dy, size_t(n * F));
           const auto got16 = download<uint16_t>(dyb, size_t(n * F));
           const auto rounded = to_bf16(got);
@@ -215,12 +232,56 @@ TEST_F(CudaKernels, SkinnyGemmGatedMatchesDoubleSums) {
                 ADD_FAILURE() << "bf16 copy at [" << t << ", " << j
                               << "] is not the rounded output";
             }
-          EXPECT_EQ(bad, 0u) << F << " pairs x " << s.cols << " n=" << n << " groups=" << groups;
+          EXPECT_EQ(bad, 0u) << F << " pairs x " << s.cols << " n=" << n << " groups=" << groups
+                             << " splits=" << splits;
         }
       }
   cuda::DeviceBuffer w(64 * 64 * 2), x(64 * 2), y(64 * 4);
   EXPECT_THROW(cuda::skinny_gemm_gated_bf16(w.as<uint16_t>(), 32, 64, x.as<uint16_t>(), 1,
                                             cuda::GemvGate::None, y.as<float>(), nullptr, nullptr),
+               Error);
+}
+
+// The split rule: 1 without clusters, never above `most`, two 64-column
+// steps a warp at least, and enough splits for a block an SM where the
+// columns allow; split layouts the kernel cannot take are refused with a
+// message that names the device requirement or the limit.
+TEST_F(CudaKernels, SkinnyGemmColumnSplitsNeedClusters) {
+  EXPECT_EQ(cuda::skinny_col_splits(1152, 6912, false, 1), 1);
+  const int s = cuda::skinny_col_splits(1152, 6912, false, cuda::kSkinnyMaxColSplits);
+  EXPECT_EQ(cuda::skinny_col_splits(1152, 1024, false, cuda::kSkinnyMaxColSplits), 1);
+  cuda::DeviceBuffer w(64 * 64 * 2), x(64 * 2), y(64 * 4);
+  if (!clusters()) {
+    EXPECT_EQ(s, 1);
+    try {
+      cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1, y.as<float>(), 64,
+                             nullptr, 1, 2);
+      ADD_FAILURE() << "column splits launched without clusters";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sm_90"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  const int sms = cuda::launch_limits(device).multiprocessors;
+  // 72 units of 16 rows, 108 steps: min(4, ceil(SMs / 72)) splits.
+  EXPECT_EQ(s, std::min(cuda::kSkinnyMaxColSplits, (sms + 71) / 72));
+  // Row groups that fill the SMs, or all but a quarter of them: no split.
+  EXPECT_EQ(cuda::skinny_col_splits(16 * int64_t(sms), 8192, false, cuda::kSkinnyMaxColSplits), 1);
+  EXPECT_EQ(cuda::skinny_col_splits(16 * int64_t(sms) * 3 / 4 + 16, 8192, false,
+                                    cuda::kSkinnyMaxColSplits),
+            1);
+  // 1,024 columns over 2 splits would leave a warp one step; 2,048 do not.
+  EXPECT_EQ(cuda::skinny_col_splits(64, 1024, false, cuda::kSkinnyMaxColSplits), 1);
+  EXPECT_EQ(cuda::skinny_col_splits(64, 2048, false, cuda::kSkinnyMaxColSplits), 2);
+  // Gated: 8 pairs a unit (72 of them).
+  EXPECT_EQ(cuda::skinny_col_splits(2 * 576, 6912, true, cuda::kSkinnyMaxColSplits), s);
+  EXPECT_THROW(cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1, y.as<float>(),
+                                      64, nullptr, cuda::kSkinnyRowGroups, 2),
+               Error);
+  EXPECT_THROW(cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1, y.as<float>(),
+                                      64, nullptr, 1, cuda::kSkinnyMaxColSplits + 1),
                Error);
 }
 
@@ -424,10 +485,10 @@ TEST_F(CudaKernels, RmsnormMatchesCpu) {
 
 // residual_norm: h = (h + d) · s (or rmsnorm(d) · w_d; s = 1 or a layer
 // scalar), then x = rmsnorm(h) · w_x, against the CPU ops composed, over
-// every register-tile size of the kernel (dims up to 1024, 2048, 4096,
-// 8192) and the loop fallback above.
+// every register-tile size of the kernel (dims up to 1024, 1536, 2048,
+// 4096, 8192) and the loop fallback above.
 TEST_F(CudaKernels, ResidualNormMatchesCpu) {
-  for (int64_t dim : {5, 640, 2048, 2304, 5376, 8192, 9000})
+  for (int64_t dim : {5, 640, 1152, 2048, 2304, 5376, 8192, 9000})
     for (int mode = 0; mode < 4; ++mode) {  // plain add; post-normed delta; no next norm; scaled
       const int64_t n = 3;
       const auto h = random_floats(size_t(n * dim), 7, 2.f), d = random_floats(size_t(n * dim), 8);

@@ -505,6 +505,16 @@ struct Decoder::Impl {
     return wanted && groups >= int64_t(kSkinnyRowGroups) * multiprocessors ? kSkinnyRowGroups : 1;
   }
 
+  // Column splits of the skinny GEMM over a matrix of `rows` (gated:
+  // gate/up rows) with `row_groups` a block: clusters of up to
+  // TANDEM_CUDA_SKINNY_SPLITS blocks (default kSkinnyMaxColSplits; 1: none)
+  // share the columns of matrices too narrow to fill the SMs
+  // (skinny_col_splits: the Gemmas' o and down projections).
+  int skinny_splits(int64_t rows, bool gated, int64_t cols, int row_groups) const {
+    static const int most = int(env_count("TANDEM_CUDA_SKINNY_SPLITS", kSkinnyMaxColSplits));
+    return row_groups == 1 ? skinny_col_splits(rows, cols, gated, most) : 1;
+  }
+
   // Whether a bf16 GEMM of n tokens over bf16 activations runs as the
   // skinny GEMM (gemm_bf16, gated_gemm) rather than cuBLAS.
   // Also, past skinny_tokens (up to kSkinnyGemmMaxTokens), matrices of at
@@ -607,8 +617,9 @@ struct Decoder::Impl {
     if (!lo) {
       const auto* w16 = static_cast<const uint16_t*>(wrows);
       if (takes_skinny(w16, m, cols, hi, n)) {
-        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream,
-                         skinny_row_groups(m, false, n, cols));
+        const int groups = skinny_row_groups(m, false, n, cols);
+        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream, groups,
+                         skinny_splits(m, false, cols, groups));
         return;
       }
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
@@ -957,12 +968,14 @@ struct Decoder::Impl {
     } else if (gated_gemm(L, T)) {
       // The activation in the GEMM's epilogue; its bf16 copy goes to xb,
       // since the twin holds the x it reads.
-      if (!leaves_out("gate/up proj (+ activation)"))
+      if (!leaves_out("gate/up proj (+ activation)")) {
+        const int groups = skinny_row_groups(L.gate_up.rows, true, T, L.gate_up.cols);
         skinny_gemm_gated_bf16(
             L.gate_up.buf.as<uint16_t>(), L.gate_up.rows / 2, L.gate_up.cols, twin_out(), T,
             s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh,
-            gate.as<float>(), xb.as<uint16_t>(), stream,
-            skinny_row_groups(L.gate_up.rows, true, T, L.gate_up.cols));
+            gate.as<float>(), xb.as<uint16_t>(), stream, groups,
+            skinny_splits(L.gate_up.rows, true, L.gate_up.cols, groups));
+      }
       mark("gate/up proj (+ activation)", L.gate_up.bytes());
       gate_bf16 = xb.as<uint16_t>();
     } else {

@@ -195,7 +195,8 @@ __global__ void add_then_scale_kernel(float* __restrict__ y, const float* x, int
 
 // residual_norm with the row in registers (dim ≤ kRowThreads · PER): one
 // read of h and delta, where the loop version below reads them again per
-// pass — the op sits between every two projections, so its latency counts.
+// pass — the op sits between every two projections, so its latency counts:
+// the norm weights (never written) are loaded before the PDL wait.
 constexpr int kRowThreads = 512;
 template <int PER>
 __global__ void __launch_bounds__(kRowThreads)
@@ -204,6 +205,13 @@ __global__ void __launch_bounds__(kRowThreads)
                               float* __restrict__ x, int64_t dim, float eps, float h_scale,
                               uint16_t* __restrict__ x_bf16) {
   pdl_launch_dependents();
+  float dwv[PER], nwv[PER];
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int64_t k = threadIdx.x + int64_t(i) * kRowThreads;
+    dwv[i] = delta_w && k < dim ? __ldg(delta_w + k) : 1.f;
+    nwv[i] = next_w && k < dim ? __ldg(next_w + k) : 1.f;
+  }
   pdl_wait();
   __shared__ float partial[kRowThreads / 32];
   float* hr = h + int64_t(blockIdx.x) * dim;
@@ -227,7 +235,7 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int i = 0; i < PER; ++i) {
     const int64_t k = threadIdx.x + int64_t(i) * kRowThreads;
     if (k >= dim) break;
-    hv[i] = (hv[i] + (delta_w ? dv[i] * r * delta_w[k] : dv[i])) * h_scale;
+    hv[i] = (hv[i] + (delta_w ? dv[i] * r * dwv[i] : dv[i])) * h_scale;
     hr[k] = hv[i];
     ss += hv[i] * hv[i];
   }
@@ -239,7 +247,7 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int i = 0; i < PER; ++i) {
     const int64_t k = threadIdx.x + int64_t(i) * kRowThreads;
     if (k >= dim) break;
-    const float v = hv[i] * r2 * (next_w ? next_w[k] : 1.f);
+    const float v = hv[i] * r2 * nwv[i];
     xr[k] = v;
     if (br) br[k] = uint16_t(bf16_bits(v));
   }
@@ -408,6 +416,9 @@ void residual_norm(float* h, const float* delta, const float* delta_w, const flo
   const unsigned rows = unsigned(n);
   if (per <= 2)
     launch(residual_norm_regs_kernel<2>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
+           dim, eps, h_scale, x_bf16);
+  else if (per <= 3)  // the Gemmas' 1,152 and 1,536
+    launch(residual_norm_regs_kernel<3>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
            dim, eps, h_scale, x_bf16);
   else if (per <= 4)
     launch(residual_norm_regs_kernel<4>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,

@@ -96,8 +96,19 @@ bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
 // the activations' L2 traffic outgrows the weights'; opt-in, see the
 // decoder's skinny_row_groups).
 constexpr int kSkinnyRowGroups = 4;
+// col_splits: blocks of a thread-block cluster that share each 16-row
+// group's columns (1 to kSkinnyMaxColSplits; above 1 only with one row group
+// a block, on sm_90+), so a matrix of few rows still fills the SMs.
+// skinny_col_splits gives the splits for a matrix of m rows (gated: gate and
+// up rows) and `cols` columns on the current device, at most `most`: where
+// its row groups leave a quarter of the SMs idle, enough for a block an SM,
+// each warp still taking two 64-column steps; else 1 (and 1 on devices
+// without clusters).
+constexpr int kSkinnyMaxColSplits = 4;
+int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most);
 void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
-                      float* y, int64_t ldy, cudaStream_t stream, int row_groups = 1);
+                      float* y, int64_t ldy, cudaStream_t stream, int row_groups = 1,
+                      int col_splits = 1);
 // The same over a fused gate/up matrix (w: [2F, cols], the F gate rows then
 // the F up rows) with the gated MLP's activation in the epilogue:
 // y[t, j] = act(gate_j · x[t]) · (up_j · x[t]) for j < F ([n, F] f32),
@@ -106,7 +117,7 @@ void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
 // skinny_gemm_fits(w, 2F, cols, x, n); act is SiLU or GeluTanh.
 void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
                             int64_t n, GemvGate act, float* y, uint16_t* y_bf16,
-                            cudaStream_t stream, int row_groups = 1);
+                            cudaStream_t stream, int row_groups = 1, int col_splits = 1);
 
 // The same over f32 weights (W: [rows, cols] f32).
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,

@@ -47,10 +47,14 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 // Included only by .cu files (the launch syntax below needs nvcc).
+// cluster_x > 1 launches thread-block clusters of that many consecutive
+// blocks along x (sm_90+; the grid's x a multiple of it; the caller checks
+// the device), for kernels that share shared memory across a cluster.
 template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-            Args&&... args) {
-  if (!pdl_enabled()) {  // the ordinary launch
+void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, unsigned cluster_x, Args&&... args) {
+  const bool pdl = pdl_enabled();
+  if (!pdl && cluster_x <= 1) {  // the ordinary launch
     kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
     CUDA_CHECK(cudaGetLastError());
     return;
@@ -60,12 +64,27 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2] = {};
+  unsigned count = 0;
+  if (pdl) {
+    attr[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attr[count].id = cudaLaunchAttributeClusterDimension;
+    attr[count].val.clusterDim.x = cluster_x;
+    attr[count].val.clusterDim.y = 1;
+    attr[count++].val.clusterDim.z = 1;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = count;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  launch_clustered(kernel, grid, block, smem, stream, 1u, std::forward<Args>(args)...);
 }
 
 }  // namespace tandem::cuda

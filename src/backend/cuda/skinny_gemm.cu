@@ -27,10 +27,21 @@
 // pairs a weight with its own activation. The first steps' weight loads go
 // out before the PDL wait.
 //
+// Column splits (col_splits > 1, sm_90): a unit's columns are shared by the
+// warps of a thread-block cluster of col_splits blocks instead of one
+// block's 8, and the epilogue sums every block's partial tiles through
+// distributed shared memory, in a fixed order (deterministic). A matrix of
+// few rows (gemma-3-1b's down projection: 72 units of 16 rows for 6,912
+// columns) otherwise runs on 72 of 132 SMs, one block each: its 32-token
+// step streamed 33% of the DRAM bandwidth (ncu, H100, session 28).
+//
 // Gated (skinny_gemm_gated_bf16): a block's 16 rows are 8 gate rows and the
 // 8 up rows that pair with them (F rows further), so the mma's row g and
 // row g + 8 meet in one lane and the epilogue writes act(gate) · up — the
 // gated MLP's activation without a kernel of its own.
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/activations.h"
@@ -91,25 +102,30 @@ __device__ __forceinline__ Cols16 load_acts(const uint16_t* p, bool valid) {
 // the same activation columns at the same steps, so all but the first can
 // find them in L1: with one group a block, the 32 tokens' activations cost
 // L2 twice the weights' bytes.
+// splits: blocks of a cluster that share a unit's columns (RG == 1 only;
+// consecutive blocks along x, launched as one cluster; 1: no cluster).
 template <int TILES, bool GATED, int RG>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_gemm_kernel(const uint16_t* __restrict__ W, int m, int cols, const uint16_t* x, int n,
-                       float* y, int64_t ldy, GemvGate act, uint16_t* y_bf16) {
+                       float* y, int64_t ldy, GemvGate act, uint16_t* y_bf16, int splits) {
   constexpr int KW = kWarps / RG;  // warps of a team
   __shared__ float partial[kWarps][TILES][32][4];
   pdl_launch_dependents();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
   const int team = warp / KW, team_warp = warp % KW;
+  const int rank = int(blockIdx.x) % splits, unit_block = int(blockIdx.x) / splits;
   // The team's first output row; rows past m read the last row (never
   // stored).
-  const int r0 = (int(blockIdx.x) * RG + team) * (GATED ? 8 : 16);
+  const int r0 = (unit_block * RG + team) * (GATED ? 8 : 16);
   const int row_a = min(r0 + g, m - 1),
             row_b = GATED ? m + min(r0 + g, m - 1) : min(r0 + g + 8, m - 1);
   const uint16_t* wa = W + size_t(row_a) * size_t(cols) + 16 * q;
   const uint16_t* wb = W + size_t(row_b) * size_t(cols) + 16 * q;
-  // This warp's steps [s0, s1) of the row's ceil(cols / 64).
-  const int steps = (cols + kStepCols - 1) / kStepCols, per = (steps + KW - 1) / KW;
-  const int s0 = min(team_warp * per, steps), s1 = min(s0 + per, steps);
+  // This warp's steps [s0, s1) of the row's ceil(cols / 64), shared by
+  // the KW warps of each of the cluster's `splits` blocks.
+  const int steps = (cols + kStepCols - 1) / kStepCols, sharers = KW * splits;
+  const int per = (steps + sharers - 1) / sharers;
+  const int s0 = min((rank * KW + team_warp) * per, steps), s1 = min(s0 + per, steps);
   auto valid = [&](int s) { return s * kStepCols + 16 * q < cols; };  // cols % 16 == 0
 
   // Both rows' columns of steps s .. s + kUnroll - 1 (zeros past s1).
@@ -158,23 +174,46 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][t][lane][i] = acc[t][i];
   __syncthreads();
+  // The partial tiles of the cluster's block `r` (this block's own when
+  // there is no cluster); after the cluster barrier every block's are
+  // final, and the last barrier keeps them alive until all are read.
+  using Tiles = float[TILES][32][4];
+  Tiles* mine = partial;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  if (splits > 1) cg::this_cluster().sync();
+  auto block_tiles = [&](int r) -> const Tiles* {
+    return splits > 1 ? cg::this_cluster().map_shared_rank(mine, r) : mine;
+  };
+#else
+  if (splits > 1) __trap();  // the host launches clusters on sm_90+ only
+  auto block_tiles = [&](int) -> const Tiles* { return mine; };
+#endif
+  // Σ over the cluster's blocks (in rank order) and team tm's warps of
+  // element [t][l][i].
+  auto summed = [&](int tm, int t, int l, int i) {
+    float sum = 0.f;
+    for (int r = 0; r < splits; ++r) {
+      const Tiles* p = block_tiles(r);
+#pragma unroll
+      for (int w = tm * KW; w < tm * KW + KW; ++w) sum += p[w][t][l][i];
+    }
+    return sum;
+  };
   // Element e of the epilogue belongs to team e / per_team, whose warps'
-  // partial tiles it sums.
+  // partial tiles it sums; the cluster's blocks take every splits-th
+  // stride of the elements.
+  const int e0 = rank * kWarps * 32 + int(threadIdx.x), stride = splits * kWarps * 32;
   if constexpr (GATED) {
     // c0 / c1 are gate row g's sums for tokens 8t + 2q and 8t + 2q + 1, c2 /
     // c3 the up row's.
     constexpr int per_team = TILES * 32 * 2;
-    for (int e = int(threadIdx.x); e < RG * per_team; e += kWarps * 32) {
+    for (int e = e0; e < RG * per_team; e += stride) {
       const int tm = e / per_team, et = e % per_team;
       const int t = et / 64, l = (et / 2) % 32, p = et % 2;
-      float gate = 0.f, up = 0.f;
-#pragma unroll
-      for (int w = tm * KW; w < tm * KW + KW; ++w) {
-        gate += partial[w][t][l][p];
-        up += partial[w][t][l][p + 2];
-      }
-      const int row = (int(blockIdx.x) * RG + tm) * 8 + l / 4, token = 8 * t + 2 * (l % 4) + p;
+      const int row = (unit_block * RG + tm) * 8 + l / 4, token = 8 * t + 2 * (l % 4) + p;
       if (row >= m || token >= n) continue;
+      const float gate = summed(tm, t, l, p), up = summed(tm, t, l, p + 2);
       const float v = (act == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
       const size_t at = size_t(token) * size_t(ldy) + size_t(row);
       y[at] = v;
@@ -182,17 +221,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   } else {
     constexpr int per_team = TILES * 32 * 4;
-    for (int e = int(threadIdx.x); e < RG * per_team; e += kWarps * 32) {
+    for (int e = e0; e < RG * per_team; e += stride) {
       const int tm = e / per_team, et = e % per_team;
       const int t = et / 128, l = (et / 4) % 32, i = et % 4;
-      float sum = 0.f;
-#pragma unroll
-      for (int w = tm * KW; w < tm * KW + KW; ++w) sum += partial[w][t][l][i];
-      const int row = (int(blockIdx.x) * RG + tm) * 16 + l / 4 + 8 * (i / 2),
+      const int row = (unit_block * RG + tm) * 16 + l / 4 + 8 * (i / 2),
                 token = 8 * t + 2 * (l % 4) + i % 2;
-      if (row < m && token < n) y[size_t(token) * size_t(ldy) + size_t(row)] = sum;
+      if (row < m && token < n) y[size_t(token) * size_t(ldy) + size_t(row)] = summed(tm, t, l, i);
     }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (splits > 1) cg::this_cluster().sync();
+#endif
 }
 
 // The kernel for n tokens: the fewest 8-token tiles that hold them.
@@ -204,14 +243,17 @@ auto kernel_for(int64_t n) {
                    : skinny_gemm_kernel<4, GATED, RG>;
 }
 
-// Launches the kernel for n tokens over `units` row groups, RG a block.
+// Launches the kernel for n tokens over `units` row groups, RG a block,
+// each unit's columns split over a cluster of `splits` blocks.
 template <bool GATED, class... Args>
-void launch_groups(int64_t n, int64_t units, int row_groups, cudaStream_t stream, Args... args) {
+void launch_groups(int64_t n, int64_t units, int row_groups, int splits, cudaStream_t stream,
+                   Args... args) {
   if (row_groups == kSkinnyRowGroups) {
     const unsigned blocks = unsigned((units + kSkinnyRowGroups - 1) / kSkinnyRowGroups);
-    launch(kernel_for<GATED, kSkinnyRowGroups>(n), blocks, kWarps * 32, 0, stream, args...);
+    launch(kernel_for<GATED, kSkinnyRowGroups>(n), blocks, kWarps * 32, 0, stream, args..., 1);
   } else {
-    launch(kernel_for<GATED, 1>(n), unsigned(units), kWarps * 32, 0, stream, args...);
+    launch_clustered(kernel_for<GATED, 1>(n), unsigned(units * splits), kWarps * 32, 0, stream,
+                     unsigned(splits), args..., splits);
   }
 }
 
@@ -219,9 +261,16 @@ void launch_groups(int64_t n, int64_t units, int row_groups, cudaStream_t stream
 
 namespace {
 
-void check_row_groups(const char* who, int row_groups) {
+void check_row_groups(const char* who, int row_groups, int col_splits) {
   if (row_groups != 1 && row_groups != kSkinnyRowGroups)
     fail("%s: %d row groups a block (1 or %d)", who, row_groups, kSkinnyRowGroups);
+  if (col_splits < 1 || col_splits > kSkinnyMaxColSplits || (col_splits > 1 && row_groups != 1))
+    fail("%s: %d column splits (1 to %d, and 1 with %d row groups)", who, col_splits,
+         kSkinnyMaxColSplits, kSkinnyRowGroups);
+  int device = 0;
+  if (col_splits > 1 &&
+      (cudaGetDevice(&device) != cudaSuccess || launch_limits(device).cc_major < 9))
+    fail("%s: column splits need thread-block clusters (sm_90 or newer)", who);
 }
 
 }  // namespace
@@ -231,8 +280,29 @@ bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
          cols % 16 == 0 && cols <= INT32_MAX && aligned16(w) && aligned16(x);
 }
 
+int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most) {
+  int device = 0;
+  if (most <= 1 || cudaGetDevice(&device) != cudaSuccess) return 1;
+  const LaunchLimits limits = launch_limits(device);
+  if (limits.cc_major < 9) return 1;
+  // Only matrices whose row groups leave a quarter of the SMs idle, split
+  // into a block an SM, each warp still taking two 64-column steps.
+  // Measured on the H100 (session 28, tok/s at 32 / 16 / 8 sequences,
+  // splits against none): gemma-3-1b (72 units) +3.4 / +2.8 / +1.3%,
+  // gemma-4-e2b (96) +2.5 / +3.1 / +2.5%; llama-3.2-1b's 128 units in 2
+  // splits -0.5 / -0.7 / -2.0%; aiming at two blocks an SM (gemma-3-1b's
+  // down projection in 4 splits) lost 3-5% at 16 and 32 sequences.
+  const int64_t units = gated ? (m / 2 + 7) / 8 : (m + 15) / 16;
+  if (4 * units > 3 * int64_t(limits.multiprocessors)) return 1;
+  const int64_t steps = (cols + kStepCols - 1) / kStepCols;
+  int s = int(std::clamp<int64_t>((limits.multiprocessors + units - 1) / units, 1,
+                                  std::min(most, kSkinnyMaxColSplits)));
+  while (s > 1 && steps < int64_t(s) * kWarps * 2) --s;
+  return s;
+}
+
 void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
-                      float* y, int64_t ldy, cudaStream_t stream, int row_groups) {
+                      float* y, int64_t ldy, cudaStream_t stream, int row_groups, int col_splits) {
   if (!skinny_gemm_fits(w, m, cols, x, n))
     fail(
         "skinny_gemm_bf16: %lld tokens x %lld columns (16-byte aligned operands, columns a "
@@ -240,22 +310,22 @@ void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
         (long long)n, (long long)cols, kSkinnyGemmMaxTokens);
   if (ldy < m)
     fail("skinny_gemm_bf16: output stride %lld below %lld rows", (long long)ldy, (long long)m);
-  check_row_groups("skinny_gemm_bf16", row_groups);
-  launch_groups<false>(n, (m + 15) / 16, row_groups, stream, w, int(m), int(cols), x, int(n), y,
-                       ldy, GemvGate::None, static_cast<uint16_t*>(nullptr));
+  check_row_groups("skinny_gemm_bf16", row_groups, col_splits);
+  launch_groups<false>(n, (m + 15) / 16, row_groups, col_splits, stream, w, int(m), int(cols), x,
+                       int(n), y, ldy, GemvGate::None, static_cast<uint16_t*>(nullptr));
 }
 
 void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
                             int64_t n, GemvGate act, float* y, uint16_t* y_bf16,
-                            cudaStream_t stream, int row_groups) {
+                            cudaStream_t stream, int row_groups, int col_splits) {
   if (act == GemvGate::None || !skinny_gemm_fits(w, 2 * F, cols, x, n))
     fail(
         "skinny_gemm_gated_bf16: %lld tokens x %lld columns, %lld gate/up pairs (an activation, "
         "16-byte aligned operands, columns a multiple of 16, at most %d tokens)",
         (long long)n, (long long)cols, (long long)F, kSkinnyGemmMaxTokens);
-  check_row_groups("skinny_gemm_gated_bf16", row_groups);
-  launch_groups<true>(n, (F + 7) / 8, row_groups, stream, w, int(F), int(cols), x, int(n), y,
-                      int64_t(F), act, y_bf16);
+  check_row_groups("skinny_gemm_gated_bf16", row_groups, col_splits);
+  launch_groups<true>(n, (F + 7) / 8, row_groups, col_splits, stream, w, int(F), int(cols), x,
+                      int(n), y, int64_t(F), act, y_bf16);
 }
 
 }  // namespace tandem::cuda
