@@ -109,12 +109,6 @@ TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
 constexpr std::pair<int, int> kSkinnyLayouts[] = {
     {1, 1}, {cuda::kSkinnyRowGroups, 1}, {1, 2}, {1, 3}, {1, cuda::kSkinnyMaxColSplits}};
 
-// Whether the current device launches thread-block clusters (sm_90+).
-bool clusters() {
-  int device = 0;
-  return cudaGetDevice(&device) == cudaSuccess && cuda::launch_limits(device).cc_major >= 9;
-}
-
 // skinny_gemm_bf16 against double sums of the same bf16 operands: odd row
 // counts (a partial 16-row tile), columns that end mid-step (1,152 = 18
 // steps of 64, 80 = one and a quarter) and uneven column shares over the
@@ -136,7 +130,8 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
       auto dw = upload(w16);
       auto dx = upload(x16);
       for (auto [groups, splits] : kSkinnyLayouts) {
-        if (splits > 1 && !clusters()) continue;  // refused: SkinnyGemmColumnSplitsNeedClusters
+        if (splits > 1 && !cuda::clusters_supported())
+          continue;  // refused: SkinnyGemmColumnSplitsNeedClusters
         std::vector<float> sentinel(size_t(n * ldy), 1234.5f);
         auto dy = upload(sentinel);
         ASSERT_TRUE(
@@ -198,7 +193,7 @@ TEST_F(CudaKernels, SkinnyGemmGatedMatchesDoubleSums) {
         auto dw = upload(w16);
         auto dx = upload(x16);
         for (auto [groups, splits] : kSkinnyLayouts) {
-          if (splits > 1 && !clusters()) continue;
+          if (splits > 1 && !cuda::clusters_supported()) continue;
           cuda::DeviceBuffer dy(size_t(n * F) * sizeof(float)), dyb(size_t(n * F) * 2);
           cuda::skinny_gemm_gated_bf16(dw.as<uint16_t>(), F, s.cols, dx.as<uint16_t>(), n, act,
                                        dy.as<float>(), dyb.as<uint16_t>(), nullptr, groups, splits);
@@ -251,7 +246,7 @@ TEST_F(CudaKernels, SkinnyGemmColumnSplitsNeedClusters) {
   const int s = cuda::skinny_col_splits(1152, 6912, false, cuda::kSkinnyMaxColSplits);
   EXPECT_EQ(cuda::skinny_col_splits(1152, 1024, false, cuda::kSkinnyMaxColSplits), 1);
   cuda::DeviceBuffer w(64 * 64 * 2), x(64 * 2), y(64 * 4);
-  if (!clusters()) {
+  if (!cuda::clusters_supported()) {
     EXPECT_EQ(s, 1);
     try {
       cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1, y.as<float>(), 64,

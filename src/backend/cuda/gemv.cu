@@ -17,9 +17,8 @@ namespace gemv {
 void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_add_ok) {
   if (f.pre_add && !pre_add_ok)
     fail(
-        "%s: the sandwich-norm fusion (pre_add) runs only in gemv_affine and gemv_bf16 (cols %% 8 "
-        "== 0, "
-        "16-byte aligned rows and batches of at most %lld)",
+        "%s: the sandwich-norm fusion (pre_add) runs only in gemv_affine and gemv_bf16 "
+        "(cols %% 8 == 0, 16-byte aligned rows and batches of at most %lld)",
         what, (long long)kGemvPreAddMaxRows);
   if (f.pre_add && (!f.normalize || !f.pre_add_weight || !f.residual_out))
     fail(

@@ -120,6 +120,11 @@ LaunchLimits launch_limits(int device) {
   return known[device] = l;
 }
 
+bool clusters_supported() {
+  int device = 0;
+  return cudaGetDevice(&device) == cudaSuccess && launch_limits(device).cc_major >= 9;
+}
+
 void allow_opt_in_shared_memory(const void* kernel) {
   static std::mutex mu;
   static std::set<std::pair<const void*, int>> done;

@@ -32,6 +32,9 @@ struct LaunchLimits {
   int multiprocessors = 0;
 };
 LaunchLimits launch_limits(int device);
+// Whether the current device launches thread-block clusters (sm_90+; false
+// when there is no usable device).
+bool clusters_supported();
 // Lets `kernel` (a __global__ function's address) take up to the current
 // device's opt-in shared memory per block, less its static shared memory,
 // as dynamic shared memory: cudaFuncSetAttribute, a per-device setting, done

@@ -267,9 +267,7 @@ void check_row_groups(const char* who, int row_groups, int col_splits) {
   if (col_splits < 1 || col_splits > kSkinnyMaxColSplits || (col_splits > 1 && row_groups != 1))
     fail("%s: %d column splits (1 to %d, and 1 with %d row groups)", who, col_splits,
          kSkinnyMaxColSplits, kSkinnyRowGroups);
-  int device = 0;
-  if (col_splits > 1 &&
-      (cudaGetDevice(&device) != cudaSuccess || launch_limits(device).cc_major < 9))
+  if (col_splits > 1 && !clusters_supported())
     fail("%s: column splits need thread-block clusters (sm_90 or newer)", who);
 }
 
@@ -284,7 +282,7 @@ int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most) {
   int device = 0;
   if (most <= 1 || cudaGetDevice(&device) != cudaSuccess) return 1;
   const LaunchLimits limits = launch_limits(device);
-  if (limits.cc_major < 9) return 1;
+  if (limits.cc_major < 9) return 1;  // no clusters (clusters_supported)
   // Only matrices whose row groups leave a quarter of the SMs idle, split
   // into a block an SM, each warp still taking two 64-column steps.
   // Measured on the H100 (session 28, tok/s at 32 / 16 / 8 sequences,
