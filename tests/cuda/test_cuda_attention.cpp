@@ -293,6 +293,29 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
   }
 }
 
+// The one-warp decode blocks an SM holds (the decoder's one-wave split
+// rule): at least one at every head dim, no more at a wider dim (each takes
+// more shared memory), and as many as the SM's shared memory allows at dim
+// 512 (83.7 KB a block: 2 in sm_90's 228 KB).
+TEST_F(CudaAttention, OneWarpBlocksPerSmFollowSharedMemory) {
+  int last = 1 << 30;
+  for (int64_t dim : {64, 128, 256, 512}) {
+    cuda::PagedAttention p;
+    p.head_dim = dim;
+    const int blocks = cuda::attention_decode_one_warp_blocks_per_sm(p);
+    EXPECT_GE(blocks, 1) << "head dim " << dim;
+    EXPECT_LE(blocks, last) << "head dim " << dim;
+    last = blocks;
+  }
+  int device = 0, smem = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+            cudaSuccess);
+  if (smem >= 200 * 1024 && smem < 250 * 1024) {
+    EXPECT_EQ(last, 2) << smem << " bytes an SM";
+  }
+}
+
 TEST_F(CudaAttention, RopeMatchesCpu) {
   RopeSpec spec;
   spec.theta = 10000.0;

@@ -419,7 +419,34 @@ void launch_decode(dim3 grid, const float* q, const StepLayout& at, const PagedA
   }
 }
 
+// Resident one-warp blocks (KW 1, two stages) of dim DH per SM on the
+// current device, queried once per shape, for the bf16-input variant (the
+// other takes the same shared memory, which is what bounds them).
+template <int DH>
+int one_warp_blocks_per_sm() {
+  static const int blocks = [] {
+    using S = DecodeShape<DH>;
+    const auto kernel = decode_attention_kernel<DH, 1, 2, true>;
+    constexpr size_t smem = S::smem_bytes(1, 2);
+    if constexpr (smem > (size_t(48) << 10))
+      allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 32 * S::kWarps, smem));
+    return n;
+  }();
+  return blocks;
+}
+
 }  // namespace
+
+int attention_decode_one_warp_blocks_per_sm(const PagedAttention& p) {
+  switch (p.head_dim) {
+    case 64: return one_warp_blocks_per_sm<64>();
+    case 128: return one_warp_blocks_per_sm<128>();
+    case 256: return one_warp_blocks_per_sm<256>();
+    default: return one_warp_blocks_per_sm<512>();
+  }
+}
 
 bool attention_decode_mma_supported(const PagedAttention& p) {
   // Tensor cores of sm_80+ on the device in use, unless switched off.

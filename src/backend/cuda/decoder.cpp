@@ -297,6 +297,10 @@ struct Decoder::Impl {
   // llama-3.2-1b q4 at 16 / 32 sequences 3,599 -> 8,351 / 6,999 -> 11,748
   // tok/s, gemma-4-e2b 1,731 -> 3,537 / 2,725 -> 5,204; every shape 1.5-2.3x.
   const bool affine_mma = !env_is("TANDEM_CUDA_AFFINE_MMA", "0");
+  // One-warp decode attention blocks split no further than one wave of the
+  // blocks an SM holds (splits_for in attention_step) unless
+  // TANDEM_DECODE_ONE_WAVE=0 (for measuring).
+  const bool one_wave_splits = !env_is("TANDEM_DECODE_ONE_WAVE", "0");
   // Other steps past the GEMV over packed affine matrices dequantize them
   // to bf16 in tiles of at most this many weights (TANDEM_CUDA_DEQUANT_TILE_WEIGHTS;
   // default and most: the tile buffer's 32M), each tile then read by the
@@ -518,16 +522,20 @@ struct Decoder::Impl {
   // Whether a bf16 GEMM of n tokens over bf16 activations runs as the
   // skinny GEMM (gemm_bf16, gated_gemm) rather than cuBLAS.
   // Also, past skinny_tokens (up to kSkinnyGemmMaxTokens), matrices of at
-  // most TANDEM_CUDA_SKINNY_NARROW_ROWS rows (2,048; 0: none): cuBLAS's
+  // most TANDEM_CUDA_SKINNY_NARROW_ROWS rows (3,072; 0: none): cuBLAS's
   // tiles over so few output rows leave SMs idle. Measured on the H100
   // (session 27, 32 sequences, context 1,024, tok/s, none / 2,048 / 3,072):
   // gemma-3-1b 15,751 / 17,591 / 17,573, gemma-4-e2b 7,449 / 7,932 / 7,949,
   // qwen3-1.7b 8,839 / 9,238 / 9,230, llama-3.2-1b 17,408 / 17,733 /
-  // 18,113, ministral-3-3b 6,680 / 6,730 / 6,636 (its o and down, 3,072
-  // rows of up to 9,216 columns, lose at 3,072).
+  // 18,113, ministral-3-3b 6,680 / 6,730 / 6,636. Session 29 (after the
+  // column splits and the residual norm's changes), 2,048 -> 3,072 at 17 /
+  // 32 sequences: llama 10,551 -> 10,800 / 17,382 -> 17,674, ministral
+  // (o and down: 3,072 rows) 4,073 -> 4,237 / 6,724 -> 6,810 (and +3.9 /
+  // +3.5 / +2.1% at 17 / 24 / 32 in a second call), qwen3 +0.9 / +0.2%,
+  // the Gemmas (no matrix of 2,049-3,072 rows) within 1%.
   bool takes_skinny(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x,
                     int64_t n) const {
-    static const int64_t narrow_rows = env_count("TANDEM_CUDA_SKINNY_NARROW_ROWS", 2048);
+    static const int64_t narrow_rows = env_count("TANDEM_CUDA_SKINNY_NARROW_ROWS", 3072);
     const bool narrow = m <= narrow_rows && n <= kSkinnyGemmMaxTokens;
     return (n <= skinny_tokens || narrow) && skinny_gemm_fits(w, m, cols, x, n);
   }
@@ -857,6 +865,10 @@ struct Decoder::Impl {
     // of the keys the step can attend here (unless that leaves SMs without a
     // block), and there are at most kOneWarpMaxSplits (each is one more
     // partial the combine kernel reads) until each would keep more than 64.
+    // Where an SM holds fewer of these blocks than decode_blocks_per_sm()
+    // aims for (dim 512: two), the splits stop at one wave of them: gemma-4-e2b's
+    // global layers at 32 sequences ran 17 splits, 544 blocks in three waves
+    // of 264 (ncu, H100: 66 us, 33% of the DRAM bandwidth).
     auto splits_for = [&](int64_t tokens) {
       if (!mma) return attention_splits(tokens, ls.kv_heads, multiprocessors);
       const int64_t units = tokens * ls.kv_heads;
@@ -864,6 +876,11 @@ struct Decoder::Impl {
       const int64_t most = std::max<int64_t>(kOneWarpMaxSplits, keys / 64);
       const int64_t cap =
           std::min(most, std::max({int64_t(1), keys / decode_min_split_keys(), floor}));
+      const int resident = attention_decode_one_warp_blocks_per_sm(p);
+      if (one_wave_splits && resident < decode_blocks_per_sm()) {
+        const int64_t wave = std::max<int64_t>(1, int64_t(resident) * multiprocessors / units);
+        return int(std::min(cap, wave));
+      }
       return int(std::min<int64_t>(
           cap, attention_splits(tokens, ls.kv_heads, multiprocessors, decode_blocks_per_sm())));
     };

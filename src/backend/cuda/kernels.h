@@ -268,6 +268,10 @@ bool attention_decode_mma_supported(const PagedAttention& p);
 // why), and the keys of the tile its warps copy and compute at a time.
 int attention_decode_key_warps(const PagedAttention& p);
 int attention_decode_tile_keys(const PagedAttention& p);
+// How many of that kernel's one-warp blocks (key_warps 1) of p's head dim
+// an SM of the current device holds at once (its shared memory bounds them:
+// 2 at dim 512 on sm_90), so a split rule can keep the grid in one wave.
+int attention_decode_one_warp_blocks_per_sm(const PagedAttention& p);
 void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const PagedAttention& p,
                           float* out, cudaStream_t stream);
 // Whether the chunked kernel takes p (the tensor-core kernel's shapes at head
