@@ -237,6 +237,21 @@ TEST_F(CudaKernels, SkinnyGemmGatedMatchesDoubleSums) {
                Error);
 }
 
+// The current device's launch limits are its own launch_limits, and a
+// usable device has SMs and opt-in shared memory of at least 48 KiB;
+// clusters are reported exactly on sm_90 and newer.
+TEST_F(CudaKernels, CurrentLaunchLimitsAreTheDevicesOwn) {
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  const cuda::LaunchLimits mine = cuda::current_launch_limits(), its = cuda::launch_limits(device);
+  EXPECT_EQ(mine.cc_major, its.cc_major);
+  EXPECT_EQ(mine.multiprocessors, its.multiprocessors);
+  EXPECT_EQ(mine.smem_optin, its.smem_optin);
+  EXPECT_GT(mine.multiprocessors, 0);
+  EXPECT_GE(mine.smem_optin, size_t(48) << 10);
+  EXPECT_EQ(cuda::clusters_supported(), mine.cc_major >= 9);
+}
+
 // The split rule: 1 without clusters, never above `most`, two 64-column
 // steps a warp at least, and enough splits for a block an SM where the
 // columns allow; split layouts the kernel cannot take are refused with a
@@ -257,9 +272,8 @@ TEST_F(CudaKernels, SkinnyGemmColumnSplitsNeedClusters) {
     }
     return;
   }
-  int device = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  const int sms = cuda::launch_limits(device).multiprocessors;
+  const int sms = cuda::current_launch_limits().multiprocessors;
+  ASSERT_GT(sms, 0);
   // 72 units of 16 rows, 108 steps: min(4, ceil(SMs / 72)) splits.
   EXPECT_EQ(s, std::min(cuda::kSkinnyMaxColSplits, (sms + 71) / 72));
   // Row groups that fill the SMs, or all but a quarter of them: no split.

@@ -454,9 +454,7 @@ bool attention_decode_mma_supported(const PagedAttention& p) {
     const char* e = std::getenv("TANDEM_CUDA_DECODE_MMA");
     return !(e && e[0] == '0');
   }();
-  int device = 0;
-  if (!enabled || cudaGetDevice(&device) != cudaSuccess || launch_limits(device).cc_major < 8)
-    return false;
+  if (!enabled || current_launch_limits().cc_major < 8) return false;
   if (!p.kv_bf16 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0) return false;
   const int64_t group = p.heads / p.kv_heads;
   switch (p.head_dim) {

@@ -500,9 +500,7 @@ void attention_decode_chunked(const float* q, int64_t n, const StepLayout& at,
         "attention_decode_chunked: cannot fuse this qkv post (decode steps over bf16 rows with "
         "RoPE over the whole head of %lld dims only; rotary dims %lld)",
         (long long)p.head_dim, (long long)post->rotary_dim);
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  const bool bulk = launch_limits(device).cc_major >= 9 && !p.cp_async_only;
+  const bool bulk = current_launch_limits().cc_major >= 9 && !p.cp_async_only;
   const dim3 grid(unsigned(n * p.kv_heads), unsigned(p.splits));
   const QkvPost none;
   const QkvPost& qp = post ? *post : none;

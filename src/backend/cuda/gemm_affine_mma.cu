@@ -231,9 +231,7 @@ template <int TILES>
 int row_tiles(const AffineMatrix& w, int tokens) {
   static const int64_t asked = env_count("TANDEM_CUDA_AFFINE_MMA_ROW_TILES", 0);
   const int64_t cap = asked > 0 ? asked : 2;
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  const LaunchLimits limits = launch_limits(device);
+  const LaunchLimits limits = current_launch_limits();
   const int64_t sms = std::max(1, limits.multiprocessors);
   auto fits = [&](int bytes) {
     return size_t(bytes) <= std::max<size_t>(limits.smem_optin, 48 << 10);

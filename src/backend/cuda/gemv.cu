@@ -51,9 +51,8 @@ int column_split(int64_t units, int64_t chunks, int64_t min_chunks) {
   // 845, qwen3 576 / 571 / 557, gemma-3 729 / 755 / 751, ministral 336 /
   // 354 / 355, gemma-4 360 / 365 / 365: 24 loses nowhere.
   static const int64_t warps_per_sm = env_count("TANDEM_CUDA_GEMV_WARPS", 24);
-  int device = 0;
-  if (warps_per_sm == 0 || cudaGetDevice(&device) != cudaSuccess) return 1;
-  const int64_t want = warps_per_sm * launch_limits(device).multiprocessors;
+  if (warps_per_sm == 0) return 1;
+  const int64_t want = warps_per_sm * current_launch_limits().multiprocessors;
   int split = 1;
   while (split < 8 && units * split < want && chunks / (2 * split) >= min_chunks) split *= 2;
   return split;
@@ -70,10 +69,9 @@ int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int
   // The packed GEMV tied under it (llama q4 1,523 -> 1,488, ministral 611 ->
   // 616) and keeps the fill rule.
   static const int64_t waves_percent = env_count("TANDEM_CUDA_GEMV_WAVES", 125);
-  int device = 0;
-  if (waves_percent == 0 || cudaGetDevice(&device) != cudaSuccess) return 1;
-  const int64_t most =
-      waves_percent * blocks_per_sm * kWarpsPerBlock * launch_limits(device).multiprocessors / 100;
+  if (waves_percent == 0) return 1;
+  const int64_t most = waves_percent * blocks_per_sm * kWarpsPerBlock *
+                       current_launch_limits().multiprocessors / 100;
   int split = 1;
   while (split < 8 && units * split * 2 <= most && chunks / (2 * split) >= min_chunks) split *= 2;
   return split;
@@ -495,10 +493,8 @@ int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated) {
 
 bool gemv_pre_add_fits(int64_t n, int64_t cols) {
   if (n < 1 || n > kGemvPreAddMaxRows) return false;
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
   return pre_add_smem_bytes(int(n), cols) + pre_add_static_bytes(int(n)) <=
-         launch_limits(device).smem_optin;
+         current_launch_limits().smem_optin;
 }
 
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,

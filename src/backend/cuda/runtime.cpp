@@ -120,9 +120,17 @@ LaunchLimits launch_limits(int device) {
   return known[device] = l;
 }
 
-bool clusters_supported() {
+LaunchLimits current_launch_limits() {
   int device = 0;
-  return cudaGetDevice(&device) == cudaSuccess && launch_limits(device).cc_major >= 9;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // no usable device: not a sticky error for later calls
+    return LaunchLimits{};
+  }
+  return launch_limits(device);
+}
+
+bool clusters_supported() {
+  return current_launch_limits().cc_major >= 9;
 }
 
 void allow_opt_in_shared_memory(const void* kernel) {

@@ -32,6 +32,9 @@ struct LaunchLimits {
   int multiprocessors = 0;
 };
 LaunchLimits launch_limits(int device);
+// launch_limits of the current device; all zeros where there is none usable
+// (so a rule sized by them takes its no-device answer: no split, no cluster).
+LaunchLimits current_launch_limits();
 // Whether the current device launches thread-block clusters (sm_90+; false
 // when there is no usable device).
 bool clusters_supported();

@@ -279,9 +279,8 @@ bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
 }
 
 int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most) {
-  int device = 0;
-  if (most <= 1 || cudaGetDevice(&device) != cudaSuccess) return 1;
-  const LaunchLimits limits = launch_limits(device);
+  if (most <= 1) return 1;
+  const LaunchLimits limits = current_launch_limits();
   if (limits.cc_major < 9) return 1;  // no clusters (clusters_supported)
   // Only matrices whose row groups leave a quarter of the SMs idle, split
   // into a block an SM, each warp still taking two 64-column steps.
