@@ -86,15 +86,21 @@ struct ChunkShape {
 template <int DH>
 struct FusedLane {
   float cs[DH / 64], sn[DH / 64], wq[DH / 32], wk[DH / 32];
+  // Every load goes out before the first sincosf: its slow path (large
+  // arguments) is a branch the compiler does not hoist loads across, so
+  // loading each frequency beside its sincosf made four L2 round trips in
+  // a row (ncu, gemma-3-1b, session 29).
   __device__ __forceinline__ void init(const QkvPost& post, int64_t pos, int lane) {
+    float freq[DH / 64];
 #pragma unroll
-    for (int j = 0; j < DH / 64; ++j)
-      sincosf(float(pos) * post.inv_freq[lane + 32 * j], &sn[j], &cs[j]);
+    for (int j = 0; j < DH / 64; ++j) freq[j] = __ldg(post.inv_freq + lane + 32 * j);
 #pragma unroll
     for (int j = 0; j < DH / 32; ++j) {
-      wq[j] = post.q_norm ? post.q_norm[lane + 32 * j] : 1.f;
-      wk[j] = post.k_norm ? post.k_norm[lane + 32 * j] : 1.f;
+      wq[j] = post.q_norm ? __ldg(post.q_norm + lane + 32 * j) : 1.f;
+      wk[j] = post.k_norm ? __ldg(post.k_norm + lane + 32 * j) : 1.f;
     }
+#pragma unroll
+    for (int j = 0; j < DH / 64; ++j) sincosf(float(pos) * freq[j], &sn[j], &cs[j]);
   }
 };
 
