@@ -419,9 +419,11 @@ void launch_decode(dim3 grid, const float* q, const StepLayout& at, const PagedA
   }
 }
 
-// Resident one-warp blocks (KW 1, two stages) of dim DH per SM on the
-// current device, queried once per shape, for the bf16-input variant (the
-// other takes the same shared memory, which is what bounds them).
+// Resident one-warp blocks (KW 1, two stages) of dim DH per SM, queried
+// once per shape on the first device that asks (a host mixing GPU models
+// would size the others' splits by it: a speed, not a correctness, matter),
+// for the bf16-input variant (the other takes the same shared memory,
+// which is what bounds them).
 template <int DH>
 int one_warp_blocks_per_sm() {
   static const int blocks = [] {
