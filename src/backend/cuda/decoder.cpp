@@ -504,19 +504,23 @@ struct Decoder::Impl {
   int skinny_row_groups(int64_t rows, bool gated, int64_t n, int64_t cols) const {
     static const bool always = env_is("TANDEM_CUDA_SKINNY_ROW_GROUPS", "4");
     static const bool fit = env_is("TANDEM_CUDA_SKINNY_ROW_GROUPS", "fit");
-    const int64_t groups = gated ? (rows / 2 + 7) / 8 : (rows + 15) / 16;
+    const int64_t groups = skinny_units(rows, gated);
     const bool wanted = always || (fit && n * cols * 2 <= 64 * 1024);
     return wanted && groups >= int64_t(kSkinnyRowGroups) * multiprocessors ? kSkinnyRowGroups : 1;
   }
 
-  // Column splits of the skinny GEMM over a matrix of `rows` (gated:
-  // gate/up rows) with `row_groups` a block: clusters of up to
-  // TANDEM_CUDA_SKINNY_SPLITS blocks (default kSkinnyMaxColSplits; 1: none)
-  // share the columns of matrices too narrow to fill the SMs
-  // (skinny_col_splits: the Gemmas' o and down projections).
-  int skinny_splits(int64_t rows, bool gated, int64_t cols, int row_groups) const {
+  // The skinny GEMM's block layout over a matrix of `rows` (gated: gate/up
+  // rows) for n tokens: its row groups a block (skinny_row_groups) and, with
+  // one, column splits over clusters of up to TANDEM_CUDA_SKINNY_SPLITS
+  // blocks (default kSkinnyMaxColSplits; 1: none) for matrices too narrow to
+  // fill the SMs (skinny_col_splits: the Gemmas' o and down projections).
+  struct SkinnyLayout {
+    int row_groups = 1, col_splits = 1;
+  };
+  SkinnyLayout skinny_layout(int64_t rows, bool gated, int64_t n, int64_t cols) const {
     static const int most = int(env_count("TANDEM_CUDA_SKINNY_SPLITS", kSkinnyMaxColSplits));
-    return row_groups == 1 ? skinny_col_splits(rows, cols, gated, most) : 1;
+    const int groups = skinny_row_groups(rows, gated, n, cols);
+    return {groups, groups == 1 ? skinny_col_splits(rows, cols, gated, most) : 1};
   }
 
   // Whether a bf16 GEMM of n tokens over bf16 activations runs as the
@@ -625,9 +629,9 @@ struct Decoder::Impl {
     if (!lo) {
       const auto* w16 = static_cast<const uint16_t*>(wrows);
       if (takes_skinny(w16, m, cols, hi, n)) {
-        const int groups = skinny_row_groups(m, false, n, cols);
-        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream, groups,
-                         skinny_splits(m, false, cols, groups));
+        const SkinnyLayout blocks = skinny_layout(m, false, n, cols);
+        skinny_gemm_bf16(w16, m, cols, hi, n, y + r0, rows, stream, blocks.row_groups,
+                         blocks.col_splits);
         return;
       }
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
@@ -986,12 +990,11 @@ struct Decoder::Impl {
       // The activation in the GEMM's epilogue; its bf16 copy goes to xb,
       // since the twin holds the x it reads.
       if (!leaves_out("gate/up proj (+ activation)")) {
-        const int groups = skinny_row_groups(L.gate_up.rows, true, T, L.gate_up.cols);
+        const SkinnyLayout blocks = skinny_layout(L.gate_up.rows, true, T, L.gate_up.cols);
         skinny_gemm_gated_bf16(
             L.gate_up.buf.as<uint16_t>(), L.gate_up.rows / 2, L.gate_up.cols, twin_out(), T,
             s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh,
-            gate.as<float>(), xb.as<uint16_t>(), stream, groups,
-            skinny_splits(L.gate_up.rows, true, L.gate_up.cols, groups));
+            gate.as<float>(), xb.as<uint16_t>(), stream, blocks.row_groups, blocks.col_splits);
       }
       mark("gate/up proj (+ activation)", L.gate_up.bytes());
       gate_bf16 = xb.as<uint16_t>();

@@ -90,6 +90,11 @@ inline bool aligned16(const void* p) {
 // operands, cols a multiple of 16); the caller takes cuBLAS elsewhere.
 constexpr int kSkinnyGemmMaxTokens = 32;
 bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n);
+// The 16-row groups (gated: 8 gate/up pairs) of a matrix of m rows (gated:
+// gate and up rows): the units that the layouts below share out.
+inline int64_t skinny_units(int64_t m, bool gated) {
+  return gated ? (m / 2 + 7) / 8 : (m + 15) / 16;
+}
 // row_groups: 16-row groups a block takes, 1 or kSkinnyRowGroups (its warps
 // in teams over the same activation columns, which then come from L1 for
 // all but one team: for steps of 17-32 tokens over large matrices, where

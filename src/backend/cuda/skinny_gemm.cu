@@ -289,7 +289,7 @@ int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most) {
   // gemma-4-e2b (96) +2.5 / +3.1 / +2.5%; llama-3.2-1b's 128 units in 2
   // splits -0.5 / -0.7 / -2.0%; aiming at two blocks an SM (gemma-3-1b's
   // down projection in 4 splits) lost 3-5% at 16 and 32 sequences.
-  const int64_t units = gated ? (m / 2 + 7) / 8 : (m + 15) / 16;
+  const int64_t units = skinny_units(m, gated);
   if (4 * units > 3 * int64_t(limits.multiprocessors)) return 1;
   const int64_t steps = (cols + kStepCols - 1) / kStepCols;
   int s = int(std::clamp<int64_t>((limits.multiprocessors + units - 1) / units, 1,
@@ -308,8 +308,9 @@ void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
   if (ldy < m)
     fail("skinny_gemm_bf16: output stride %lld below %lld rows", (long long)ldy, (long long)m);
   check_row_groups("skinny_gemm_bf16", row_groups, col_splits);
-  launch_groups<false>(n, (m + 15) / 16, row_groups, col_splits, stream, w, int(m), int(cols), x,
-                       int(n), y, ldy, GemvGate::None, static_cast<uint16_t*>(nullptr));
+  launch_groups<false>(n, skinny_units(m, false), row_groups, col_splits, stream, w, int(m),
+                       int(cols), x, int(n), y, ldy, GemvGate::None,
+                       static_cast<uint16_t*>(nullptr));
 }
 
 void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
@@ -321,8 +322,8 @@ void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const ui
         "16-byte aligned operands, columns a multiple of 16, at most %d tokens)",
         (long long)n, (long long)cols, (long long)F, kSkinnyGemmMaxTokens);
   check_row_groups("skinny_gemm_gated_bf16", row_groups, col_splits);
-  launch_groups<true>(n, (F + 7) / 8, row_groups, col_splits, stream, w, int(F), int(cols), x,
-                      int(n), y, int64_t(F), act, y_bf16);
+  launch_groups<true>(n, skinny_units(2 * F, true), row_groups, col_splits, stream, w, int(F),
+                      int(cols), x, int(n), y, int64_t(F), act, y_bf16);
 }
 
 }  // namespace tandem::cuda
