@@ -29,6 +29,7 @@
 #include "backend/cuda/gemv_chain.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
+#include "core/dtype.h"
 #include "cuda_bench_util.h"
 
 using namespace tandem;
@@ -47,12 +48,7 @@ std::vector<uint16_t> random_bf16(size_t n, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.f, scale);
   std::vector<uint16_t> v(n);
-  for (uint16_t& b : v) {
-    const float f = d(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    b = uint16_t(u >> 16);
-  }
+  for (uint16_t& b : v) b = f32_to_bf16(d(rng));
   return v;
 }
 

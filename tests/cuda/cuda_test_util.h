@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/runtime.h"
+#include "core/dtype.h"
 
 namespace tandem::cuda_test {
 
@@ -43,6 +44,13 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
   return v;
+}
+
+// v rounded to bf16 (core/dtype.h's rounding), bits.
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
 }
 
 // An environment variable set for a scope and restored after it (a run may

@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "gemv_reference.h"
 
 using namespace tandem;
 using namespace tandem::cuda_test;
@@ -34,18 +35,6 @@ class CudaGemvChain : public testing::Test {
     if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
   }
 };
-
-std::vector<uint16_t> bf16_of(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
-  return out;
-}
-
-double gate_of(cuda::GemvGate g, double gate, double up) {
-  if (g == cuda::GemvGate::SiLU) return gate / (1 + std::exp(-gate)) * up;
-  const double k = std::sqrt(2 / M_PI);
-  return 0.5 * gate * (1 + std::tanh(k * (gate + 0.044715 * gate * gate * gate))) * up;
-}
 
 struct PhaseShape {
   int64_t rows, cols;
@@ -72,7 +61,7 @@ TEST_F(CudaGemvChain, EveryPhaseMatchesDoubleSums) {
   std::vector<cuda::GemvChainPhase> phases;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const PhaseShape& s = shapes[i];
-    weights.push_back(bf16_of(random_floats(size_t(s.rows * s.cols), uint32_t(10 + i), 0.1f)));
+    weights.push_back(to_bf16(random_floats(size_t(s.rows * s.cols), uint32_t(10 + i), 0.1f)));
     dw.push_back(upload(weights.back()));
     const int64_t outputs = s.gate == cuda::GemvGate::None ? s.rows : s.rows / 2;
     dy.emplace_back(size_t(outputs) * sizeof(float));
@@ -105,7 +94,7 @@ TEST_F(CudaGemvChain, EveryPhaseMatchesDoubleSums) {
             }
           // A gated output's bound: the gate's error through act (slope
           // at most ~1.1) times |up|, plus act(gate) times up's error.
-          const double want = gated ? gate_of(s.gate, sum[0], sum[1]) : sum[0];
+          const double want = gated ? act(s.gate, sum[0]) * sum[1] : sum[0];
           const double bound =
               (gated ? 2 * (1 + std::fabs(sum[0]) + std::fabs(sum[1])) : 1) * (1e-5 * mag + 1e-6);
           if (!(std::fabs(got[size_t(o)] - want) <= bound) && bad++ < 3)
@@ -128,7 +117,7 @@ TEST_F(CudaGemvChain, ReusedBuffersMatchGemvLaunches) {
   std::vector<cuda::GemvChainPhase> phases;
   auto matrix = [&](int64_t rows, int64_t cols) {
     dw.push_back(
-        upload(bf16_of(random_floats(size_t(rows * cols), uint32_t(100 + dw.size()), 0.08f))));
+        upload(to_bf16(random_floats(size_t(rows * cols), uint32_t(100 + dw.size()), 0.08f))));
     return dw.back().as<uint16_t>();
   };
   for (int l = 0; l < 4; ++l) {

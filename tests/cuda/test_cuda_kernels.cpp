@@ -45,12 +45,6 @@ class CudaKernels : public testing::Test {
   }
 };
 
-std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
-  return out;
-}
-
 void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel,
                   double abs, const std::string& what) {
   ASSERT_EQ(gpu.size(), cpu.size());

@@ -83,18 +83,6 @@ namespace {
 
 using namespace gemv;
 
-__device__ __forceinline__ float bf16_lo(uint32_t v) {
-  return __uint_as_float(v << 16);
-}
-__device__ __forceinline__ float bf16_hi(uint32_t v) {
-  return __uint_as_float(v & 0xffff0000u);
-}
-// Eight bf16 weights, widened.
-__device__ __forceinline__ void widen8(const uint4& v, float (&w)[8]) {
-  w[0] = bf16_lo(v.x), w[1] = bf16_hi(v.x), w[2] = bf16_lo(v.y), w[3] = bf16_hi(v.y);
-  w[4] = bf16_lo(v.z), w[5] = bf16_hi(v.z), w[6] = bf16_lo(v.w), w[7] = bf16_hi(v.w);
-}
-
 // Chunk i + 32u (u < UNROLL, i + 32u < chunks) of each of the warp's ROWS
 // rows into v.
 template <int ROWS, int UNROLL>
@@ -129,10 +117,6 @@ __device__ __forceinline__ void stream_rows(const uint4* (&w)[ROWS], int64_t chu
   }
 }
 
-__device__ __forceinline__ float dot8(const float (&w)[8], float4 a, float4 b) {
-  return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z +
-         w[7] * b.w;
-}
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) {
   return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
 }

@@ -5,12 +5,10 @@
 // column split is); then the grid meets at a barrier before the next phase
 // reads what this one wrote.
 #include <algorithm>
-#include <cstdio>
 
-#include "backend/cuda/activations.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemv_chain.h"
-#include "backend/cuda/reduce.h"
+#include "backend/cuda/gemv_fusion.h"
 
 namespace tandem::cuda {
 
@@ -92,11 +90,11 @@ struct WarpTask {
   }
 };
 
-__device__ __forceinline__ float dot8(uint4 v, float4 a, float4 b) {
-  const auto lo = [](uint32_t u) { return __uint_as_float(u << 16); };
-  const auto hi = [](uint32_t u) { return __uint_as_float(u & 0xffff0000u); };
-  return lo(v.x) * a.x + hi(v.x) * a.y + lo(v.y) * a.z + hi(v.y) * a.w + lo(v.z) * b.x +
-         hi(v.z) * b.y + lo(v.w) * b.z + hi(v.w) * b.w;
+// The products of a 16-byte weight chunk with its eight activations.
+__device__ __forceinline__ float chunk_dot(uint4 v, float4 a, float4 b) {
+  float w[8];
+  gemv::widen8(v, w);
+  return gemv::dot8(w, a, b);
 }
 
 __device__ int virtual_blocks(const Phase& p) {
@@ -121,8 +119,8 @@ __device__ void run_virtual_block(const Phase& p, int vb, bool loaded, uint4 (&v
       const int c = i + 32 * u;
       if (c >= t.count) break;
       const float4 a = x[2 * c], b = x[2 * c + 1];
-      acc[0] += dot8(v[0][u], a, b);
-      if (gated) acc[1] += dot8(v[1][u], a, b);
+      acc[0] += chunk_dot(v[0][u], a, b);
+      if (gated) acc[1] += chunk_dot(v[1][u], a, b);
     }
   }
   acc[0] = warp_sum(acc[0]);
@@ -136,10 +134,7 @@ __device__ void run_virtual_block(const Phase& p, int vb, bool loaded, uint4 (&v
     for (int k = 0; k < p.split; ++k) acc[0] += parts[warp + k][0], acc[1] += parts[warp + k][1];
   }
   if (lane != 0 || !t.valid) return;
-  if (!gated)
-    p.y[t.out] = acc[0];
-  else
-    p.y[t.out] = (p.gate == int(GemvGate::SiLU) ? silu(acc[0]) : gelu_tanh(acc[0])) * acc[1];
+  p.y[t.out] = gated ? gemv::gate_value(GemvGate(p.gate), acc[0], acc[1]) : acc[0];
 }
 
 __global__ void __launch_bounds__(kWarps * 32, 2)

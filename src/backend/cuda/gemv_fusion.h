@@ -69,6 +69,23 @@ __device__ __forceinline__ float inv_rms(float sum_sq, int64_t cols, float eps) 
   return rsqrtf(sum_sq / float(cols) + eps);
 }
 
+// bf16 weights widened to f32 (the low and high halves of a word), eight
+// from a 16-byte chunk, and their dot product with eight activations.
+__device__ __forceinline__ float bf16_lo(uint32_t v) {
+  return __uint_as_float(v << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t v) {
+  return __uint_as_float(v & 0xffff0000u);
+}
+__device__ __forceinline__ void widen8(const uint4& v, float (&w)[8]) {
+  w[0] = bf16_lo(v.x), w[1] = bf16_hi(v.x), w[2] = bf16_lo(v.y), w[3] = bf16_hi(v.y);
+  w[4] = bf16_lo(v.z), w[5] = bf16_hi(v.z), w[6] = bf16_lo(v.w), w[7] = bf16_hi(v.w);
+}
+__device__ __forceinline__ float dot8(const float (&w)[8], float4 a, float4 b) {
+  return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z +
+         w[7] * b.w;
+}
+
 __device__ __forceinline__ float gate_value(GemvGate g, float gate, float up) {
   return (g == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
 }
