@@ -234,12 +234,23 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
     sc[r] = scales + size_t(row) * size_t(groups);
     bi[r] = biases + size_t(row) * size_t(groups);
   }
+  // The codes of vectors i + 32u and their groups' scales and biases (which
+  // would otherwise be a second round trip after the codes arrive).
   uint4 v[ROWS][UNROLL];
+  float sv[ROWS][UNROLL], bv[ROWS][UNROLL];
+  const auto load = [&](int i) {
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r)
+    for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      if (lane + 32 * u < count) v[r][u] = __ldg(w[r] + lane + 32 * u);
+      for (int u = 0; u < UNROLL; ++u)
+        if (i + 32 * u < count) {
+          const int g = ((first + i + 32 * u) * VC) >> group_shift;
+          v[r][u] = __ldg(w[r] + i + 32 * u);
+          sv[r][u] = __ldg(sc[r] + g);
+          bv[r][u] = __ldg(bi[r] + g);
+        }
+  };
+  load(lane);
   pdl_wait();
   const uint4* planes = reinterpret_cast<const uint4*>(acts);  // row t, plane p: + (t·rb + p·vecs)
   const float2* meta = reinterpret_cast<const float2*>(acts + A::meta_at(cols));
@@ -247,25 +258,19 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
   float acc[ROWS][N], ss[N];
   zero_sums(acc, ss);
   for (int i = lane; i < count; i += 32 * UNROLL) {
-    if (i != lane) {
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-          if (i + 32 * u < count) v[r][u] = __ldg(w[r] + i + 32 * u);
-    }
+    if (i != lane) load(i);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int c = i + 32 * u;
       if (c >= count) break;
-      const int vec = first + c, g = (vec * VC) >> group_shift;
+      const int vec = first + c;
       // The codes as dp4a operands: at 4 bits each word's even and odd
       // nibbles (the order quantize_acts_kernel laid the activations in).
       uint32_t ops[ROWS][4 * A::kPlanes];
       float s[ROWS], b[ROWS];
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        s[r] = __ldg(sc[r] + g), b[r] = __ldg(bi[r] + g);
+        s[r] = sv[r][u], b[r] = bv[r][u];
         const uint32_t words[4] = {v[r][u].x, v[r][u].y, v[r][u].z, v[r][u].w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
