@@ -7,7 +7,9 @@
 //    the activations' rounding, Σ |w| · d / 2; bits 4 and 8, groups
 //    32/64/128, batches 1, 3 and 9, up to 8,192 columns; and with each
 //    fusion (input norm, bias, residual add, gated activation) against the
-//    unfused math in double (gemv_reference.h states the bound);
+//    unfused math in double (gemv_reference.h states the bound); and the
+//    gated GEMV quantizing the down projection's input in its epilogue
+//    (GemvFusion::quantized_out) against the unfused pair;
 //  - dequantize_affine_bf16 and embed_rows_affine: bit-exact;
 //  - cuda::Decoder on on-load-quantized fixtures with
 //    TANDEM_CUDA_PACKED_QUANT=1 (4- and 8-bit matrices stay packed on the device:
@@ -218,6 +220,93 @@ TEST(CudaQuant, GemvFusionsMatchTheUnfusedMath) {
     EXPECT_THROW(cuda::gemv_affine(w.dev, dx.as<float>(), 1, dy.as<float>(), nullptr, df.fusion),
                  Error);
   }
+}
+
+// GemvFusion::quantized_out / quantized_in: the gated GEMV quantizes its
+// outputs for the down projection in its epilogue, and the down GEMV reads
+// them instead of quantizing its input. Against the unfused pair (the gated
+// GEMV's f32 outputs, then the down GEMV quantizing them itself), which
+// sums the same integer products in the same order per lane and quantizes
+// the same f32 values: equal within 1e-6 of the output's scale. Batches 1
+// and 2, both activations, 1-216 blocks of 32 outputs (6,912: gemma-3-1b's
+// intermediate width), an input norm, bias, and the down's residual add;
+// then the shapes and weights it refuses.
+TEST(CudaQuant, GatedGemvQuantizesTheDownProjectionsInput) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  struct Shape {
+    int64_t outputs, cols, down_rows;
+  };
+  for (Shape s : {Shape{32, 384, 37}, Shape{192, 1152, 64}, Shape{6912, 1152, 40}})
+    for (int64_t n : {1, 2})
+      for (cuda::GemvGate gate : {cuda::GemvGate::SiLU, cuda::GemvGate::GeluTanh})
+        for (bool extras : {false, true}) {  // input norm, bias, residual add
+          const std::string what = std::to_string(s.outputs) + " outputs n=" + std::to_string(n) +
+                                   (gate == cuda::GemvGate::SiLU ? " silu" : " gelu") +
+                                   (extras ? " +norm, bias, residual" : "");
+          RandomAffine gu(4, 64, 2 * s.outputs, s.cols, uint32_t(s.outputs + n));
+          // Groups of 32: the 32-column down matrix has no group of 64.
+          RandomAffine down(4, 32, s.down_rows, s.outputs, uint32_t(s.cols + n));
+          auto dx = upload(random_floats(size_t(n * s.cols), 41, 2.f));
+          auto dbias = upload(random_floats(size_t(2 * s.outputs), 42, 0.5f));
+          const auto base = random_floats(size_t(n * s.down_rows), 43);
+          cuda::GemvFusion up;
+          up.gate = gate;
+          if (extras) {
+            up.normalize = true;
+            up.norm_eps = 1e-6f;
+            up.bias = dbias.as<float>();
+          }
+          cuda::GemvFusion dn;
+          dn.accumulate = extras;
+          // Unfused: f32 outputs, then the down GEMV's own quantize kernel.
+          cuda::DeviceBuffer g(size_t(n * s.outputs) * sizeof(float));
+          auto ref = upload(base);
+          cuda::gemv_affine(gu.dev, dx.as<float>(), n, g.as<float>(), nullptr, up);
+          cuda::gemv_affine(down.dev, g.as<float>(), n, ref.as<float>(), nullptr, dn);
+          // Fused.
+          ASSERT_TRUE(cuda::gemv_affine_quantized_out_fits(gu.dev, n)) << what;
+          cuda::DeviceBuffer q(cuda::gemv_affine_scratch_bytes(4, n, s.outputs));
+          auto y = upload(base);
+          up.quantized_out = q.as<uint8_t>();
+          dn.quantized_in = q.as<uint8_t>();
+          cuda::gemv_affine(gu.dev, dx.as<float>(), n, nullptr, nullptr, up);
+          cuda::gemv_affine(down.dev, g.as<float>(), n, y.as<float>(), nullptr, dn);
+          const auto want = download<float>(ref, size_t(n * s.down_rows));
+          const auto got = download<float>(y, size_t(n * s.down_rows));
+          float scale = 0.f, worst = 0.f;
+          for (size_t i = 0; i < want.size(); ++i) {
+            scale = std::max(scale, std::fabs(want[i]));
+            worst = std::max(worst, std::fabs(got[i] - want[i]));
+          }
+          EXPECT_GT(scale, 0.f) << what;
+          EXPECT_LE(worst, 1e-6f * scale) << what;
+        }
+  // Refused: 8-bit weights, 3 batch rows, outputs not a multiple of 32, a
+  // plain GEMV, a norm over pre-quantized input, and the bf16 GEMV.
+  RandomAffine g8(8, 64, 64, 384, 1), g4(4, 64, 64, 384, 2), odd(4, 64, 60, 384, 3);
+  auto dx = upload(random_floats(3 * 384, 44, 1.f));
+  cuda::DeviceBuffer q(cuda::gemv_affine_scratch_bytes(4, 3, 384)), y(3 * 384 * sizeof(float));
+  cuda::GemvFusion f;
+  f.gate = cuda::GemvGate::SiLU;
+  f.quantized_out = q.as<uint8_t>();
+  EXPECT_FALSE(cuda::gemv_affine_quantized_out_fits(g8.dev, 1));
+  EXPECT_FALSE(cuda::gemv_affine_quantized_out_fits(g4.dev, 3));
+  EXPECT_FALSE(cuda::gemv_affine_quantized_out_fits(odd.dev, 1));
+  EXPECT_THROW(cuda::gemv_affine(g8.dev, dx.as<float>(), 1, y.as<float>(), nullptr, f), Error);
+  EXPECT_THROW(cuda::gemv_affine(g4.dev, dx.as<float>(), 3, y.as<float>(), nullptr, f), Error);
+  EXPECT_THROW(cuda::gemv_affine(odd.dev, dx.as<float>(), 1, y.as<float>(), nullptr, f), Error);
+  f.gate = cuda::GemvGate::None;
+  EXPECT_THROW(cuda::gemv_affine(g4.dev, dx.as<float>(), 1, y.as<float>(), nullptr, f), Error);
+  cuda::GemvFusion in;
+  in.quantized_in = q.as<uint8_t>();
+  in.normalize = true;
+  EXPECT_THROW(cuda::gemv_affine(g4.dev, dx.as<float>(), 1, y.as<float>(), nullptr, in), Error);
+  cuda::DeviceBuffer w16(64 * 384 * 2);
+  in.normalize = false;
+  EXPECT_THROW(
+      cuda::gemv_bf16(w16.as<uint16_t>(), 64, 384, dx.as<float>(), 1, y.as<float>(), nullptr, in),
+      Error);
 }
 
 // The shapes above that split their words over warps (and 384 columns,

@@ -746,6 +746,19 @@ struct Decoder::Impl {
     return sandwich && T <= kGemvPreAddMaxRows ? Fuse::Sandwich : Fuse::Gate;
   }
 
+  // Whether a fused step's gate/up GEMV quantizes its outputs for the down
+  // projection in its own epilogue (GemvFusion::quantized_out: 4-bit
+  // weights, steps of 1-2 tokens), so the down GEMV runs without a quantize
+  // kernel before it; `gate` then holds the quantized rows (1.25 bytes a
+  // column, within its f32 rows' size). TANDEM_CUDA_QUANTIZED_DOWN=0 turns
+  // it off.
+  bool quantized_down(const Layer& L, int64_t T) const {
+    static const bool enabled = !env_is("TANDEM_CUDA_QUANTIZED_DOWN", "0");
+    return enabled && L.gate_up.affine && L.down.affine && L.down.bits == 4 &&
+           gemv_path(L.gate_up, T) && gemv_path(L.down, T) &&
+           gemv_affine_quantized_out_fits(L.gate_up.view(), T) && L.down.cols == L.gate_up.rows / 2;
+  }
+
   // A block output deferred into the next projection (Fuse::Sandwich): out
   // holds it; the stream becomes (h + rmsnorm(out) · norm) · scale.
   struct Pending {
@@ -981,6 +994,7 @@ struct Decoder::Impl {
       if (from_stream)
         f = stream_input(L.mlp_in_norm, fuse == Fuse::Sandwich ? &L.attn_out_norm : nullptr);
       f.gate = s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh;
+      if (quantized_down(L, T)) f.quantized_out = gate.as<uint8_t>();
       linear(fuse == Fuse::Sandwich   ? "gate/up proj (+ residual, norm, activation)"
              : fuse == Fuse::Residual ? "gate/up proj (+ norm, activation)"
                                       : "gate/up proj (+ activation)",
@@ -1007,8 +1021,12 @@ struct Decoder::Impl {
       mark("gated activation");
     }
     float* hp = hcur;
+    // Under quantized_down, the gate/up GEMV left the down projection's
+    // activations quantized in `gate`, not the f32 rows.
+    GemvFusion down_in;
+    if (fuse != Fuse::None && quantized_down(L, T)) down_in.quantized_in = gate.as<uint8_t>();
     if (fuse == Fuse::Residual) {
-      GemvFusion add;
+      GemvFusion add = down_in;
       add.accumulate = true;
       linear("down proj (+ residual)", L.down, L.down_bias, gate.as<float>(), T, hp, add);
       return;
@@ -1016,7 +1034,7 @@ struct Decoder::Impl {
     // The gate's bf16 copy (gate_bf16): written on twin steps by the
     // activation kernel or the gated GEMM above (a fused step's gate comes
     // from the gate/up GEMV, and twin_out is null).
-    linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op, {}, gate_bf16);
+    linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op, down_in, gate_bf16);
     if (defer) return;
     if (!leaves_out("residual + norm"))
       residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,

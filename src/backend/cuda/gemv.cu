@@ -14,7 +14,8 @@ namespace tandem::cuda {
 
 namespace gemv {
 
-void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_add_ok) {
+void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_add_ok,
+                  bool quantized_ok) {
   if (f.pre_add && !pre_add_ok)
     fail(
         "%s: the sandwich-norm fusion (pre_add) runs only in gemv_affine and gemv_bf16 "
@@ -31,6 +32,8 @@ void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_
     fail("%s: times needs times_act and excludes gate and accumulate", what);
   if (f.pre_add_scale != 1.f && !f.pre_add)
     fail("%s: pre_add_scale scales the pre_add input and needs pre_add", what);
+  if ((f.quantized_out || f.quantized_in) && !quantized_ok)
+    fail("%s: quantized_out and quantized_in run only in gemv_affine", what);
   if (f.gate != GemvGate::None && rows % 2 != 0)
     fail("%s: a gated GEMV needs gate and up rows (an even count), got %lld rows", what,
          (long long)rows);

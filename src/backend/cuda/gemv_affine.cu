@@ -74,6 +74,60 @@ __device__ __forceinline__ float sum_squares(float4 a) {
   return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
 }
 
+// One block of 32 columns of a row quantized: d = max|x| / 127 and q =
+// round(x · 127 / max|x|), by the 8 neighbouring lanes that hold it (lane j
+// = lane % 8: columns 4j .. 4j + 3, in `a`), with Σ q over the lane's vector
+// (the block at 4 bits, 8 lanes; at 8 bits a vector is 16 columns, 4
+// lanes). Every lane of the warp must call it (shuffles).
+struct QuantizedBlock {
+  int q[4];
+  float d;
+  int sum;
+};
+template <int BITS>
+__device__ __forceinline__ QuantizedBlock quantize_block(float4 a) {
+  float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
+#pragma unroll
+  for (int m = 1; m < 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  const float id = amax > 0.f ? 127.0f / amax : 0.f;
+  QuantizedBlock b;
+  b.d = amax / 127.0f;
+  b.q[0] = __float2int_rn(a.x * id), b.q[1] = __float2int_rn(a.y * id);
+  b.q[2] = __float2int_rn(a.z * id), b.q[3] = __float2int_rn(a.w * id);
+  b.sum = b.q[0] + b.q[1] + b.q[2] + b.q[3];
+#pragma unroll
+  for (int m = 1; m < Acts<BITS>::kVecCols / 4; m <<= 1)
+    b.sum += __shfl_xor_sync(0xffffffffu, b.sum, m);
+  return b;
+}
+
+__device__ __forceinline__ uint32_t q_byte(int q) {
+  return uint32_t(uint8_t(int8_t(q)));
+}
+
+// Lane j's share (columns 4j .. 4j + 3) of block `blk` of an Acts<BITS> row
+// of `vecs` vectors: its q bytes and, from the vector's first lane, (d, d ·
+// Σ q). 4 bits: the columns are word j / 2's in-word columns 4 (j % 2) +
+// 0..3 — the evens (+0, +2) to its even bytes 2 (j % 2) and + 1, the odds
+// (+1, +3) likewise.
+template <int BITS>
+__device__ __forceinline__ void store_block(const QuantizedBlock& b, int j, int blk, uint8_t* row,
+                                            int vecs, float2* meta) {
+  if constexpr (BITS == 4) {
+    const int word = j / 2;
+    uint8_t* base = row + size_t(word / 2) * 16 * size_t(vecs) + size_t(blk) * 16 +
+                    size_t(word % 2) * 8 + 2 * (j % 2);
+    *reinterpret_cast<uint16_t*>(base) = uint16_t(q_byte(b.q[0]) | q_byte(b.q[2]) << 8);
+    *reinterpret_cast<uint16_t*>(base + 4) = uint16_t(q_byte(b.q[1]) | q_byte(b.q[3]) << 8);
+    if (j == 0) meta[blk] = make_float2(b.d, float(b.sum) * b.d);
+  } else {
+    const int vec = 2 * blk + j / 4;
+    *reinterpret_cast<uint32_t*>(row + size_t(vec) * 16 + 4 * (j % 4)) =
+        q_byte(b.q[0]) | q_byte(b.q[1]) << 8 | q_byte(b.q[2]) << 16 | q_byte(b.q[3]) << 24;
+    if (j % 4 == 0) meta[vec] = make_float2(b.d, float(b.sum) * b.d);
+  }
+}
+
 template <int BITS>
 __global__ void __launch_bounds__(kQuantizeThreads)
     quantize_acts_kernel(const float* x, int n, int cols, bool normalize,
@@ -147,35 +201,16 @@ __global__ void __launch_bounds__(kQuantizeThreads)
       const float4 w = k < kCachedW ? pick(g, k) : weight(f);
       a = make_float4(a.x * inv * w.x, a.y * inv * w.y, a.z * inv * w.z, a.w * inv * w.w);
     }
-    float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
-#pragma unroll
-    for (int m = 1; m < 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-    const float id = amax > 0.f ? 127.0f / amax : 0.f, d = amax / 127.0f;
-    const int q0 = __float2int_rn(a.x * id), q1 = __float2int_rn(a.y * id),
-              q2 = __float2int_rn(a.z * id), q3 = __float2int_rn(a.w * id);
-    // Σ q over the vector: 8 threads at 4 bits (a vector is the block), 4 at 8.
-    int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-    for (int m = 1; m < A::kVecCols / 4; m <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    const QuantizedBlock b = quantize_block<BITS>(a);
     if (!valid) continue;
-    const auto byte = [](int q) { return uint32_t(uint8_t(int8_t(q))); };
-    if constexpr (BITS == 4) {
-      // Columns 4j .. 4j + 3 of the block: word j / 2, in-word columns
-      // 4 (j % 2) + 0..3 — the evens (+0, +2) to its even bytes 2 (j % 2)
-      // and + 1, the odds (+1, +3) likewise.
-      const int word = j / 2, vec = blk;
-      const size_t slot = size_t(vec) * size_t(mma_tokens) + size_t(token);  // MmaActs
-      uint8_t* base = mma_tokens ? out + slot * 32 + size_t(word) * 8 + 2 * (j % 2)
-                                 : row + size_t(word / 2) * 16 * size_t(vecs) + size_t(vec) * 16 +
-                                       size_t(word % 2) * 8 + 2 * (j % 2);
-      *reinterpret_cast<uint16_t*>(base) = uint16_t(byte(q0) | byte(q2) << 8);
-      *reinterpret_cast<uint16_t*>(base + 4) = uint16_t(byte(q1) | byte(q3) << 8);
-      if (j == 0) (mma_tokens ? mma_meta[slot] : meta[vec]) = make_float2(d, float(sum) * d);
+    if (BITS == 4 && mma_tokens) {  // MmaActs: word j / 2's 8 bytes at 8 (j / 2) of the slot
+      const size_t slot = size_t(blk) * size_t(mma_tokens) + size_t(token);
+      uint8_t* base = out + slot * 32 + size_t(j / 2) * 8 + 2 * (j % 2);
+      *reinterpret_cast<uint16_t*>(base) = uint16_t(q_byte(b.q[0]) | q_byte(b.q[2]) << 8);
+      *reinterpret_cast<uint16_t*>(base + 4) = uint16_t(q_byte(b.q[1]) | q_byte(b.q[3]) << 8);
+      if (j == 0) mma_meta[slot] = make_float2(b.d, float(b.sum) * b.d);
     } else {
-      const int vec = 2 * blk + j / 4;
-      *reinterpret_cast<uint32_t*>(row + size_t(vec) * 16 + 4 * (j % 4)) =
-          byte(q0) | byte(q1) << 8 | byte(q2) << 16 | byte(q3) << 24;
-      if (j % 4 == 0) meta[vec] = make_float2(d, float(sum) * d);
+      store_block<BITS>(b, j, blk, row, vecs, meta);
     }
   }
 }
@@ -186,6 +221,47 @@ __device__ __forceinline__ int dot4(uint32_t codes, uint32_t acts, int c) {
   int d;
   asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(codes), "r"(acts), "r"(c));
   return d;
+}
+
+// GemvFusion::quantized_out's epilogue, for a gated kernel with SPLIT 1 and
+// ROWS 8 (a warp's 4 gate/up pairs; a block's 8 warps, 32 consecutive
+// outputs: vector blockIdx.x of the next GEMV's Acts<4> rows). The outputs
+// act(gate) · up as finish computes them, gathered in shared memory, then
+// quantized by warp 0, lanes 8t .. 8t + 7 taking batch row t, into the rows
+// of `qout`, qrow_bytes apart. Every warp of the block must call it.
+template <int N, int ROWS>
+__device__ __forceinline__ void finish_quantized(const WarpRows<ROWS, true>& wr,
+                                                 float (&acc)[ROWS][N], const GemvFusion& f,
+                                                 uint8_t* qout, size_t qrow_bytes) {
+  static_assert(ROWS == 8 && N <= 4, "a block's 32 outputs of up to 4 batch rows");
+  constexpr int kOut = ROWS / 2;
+  __shared__ float4 outs[N][8];
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int t = 0; t < N; ++t) acc[r][t] = warp_sum(acc[r][t]);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kOut; ++r) {
+      const int64_t o = wr.first + r, up = wr.outputs + o;
+#pragma unroll
+      for (int t = 0; t < N; ++t) {
+        const float g = acc[r][t] + (f.bias ? f.bias[o] : 0.f);
+        const float u = acc[r + kOut][t] + (f.bias ? f.bias[up] : 0.f);
+        reinterpret_cast<float*>(outs[t])[warp * kOut + r] = gate_value(f.gate, g, u);
+      }
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const int t = lane / 8, j = lane % 8;
+  const QuantizedBlock b = quantize_block<4>(t < N ? outs[t][j] : make_float4(0.f, 0.f, 0.f, 0.f));
+  if (t >= N) return;
+  const int cols = int(wr.outputs);
+  uint8_t* row = qout + size_t(t) * qrow_bytes;
+  store_block<4>(b, j, int(blockIdx.x), row, Acts<4>::vecs(cols),
+                 reinterpret_cast<float2*>(row + Acts<4>::meta_at(cols)));
 }
 
 // y[t, r] = Σ_vectors (s · d · Σ code · q + b · d · Σ q) over the quantized
@@ -211,11 +287,15 @@ __device__ __forceinline__ int dot4(uint32_t codes, uint32_t acts, int c) {
 // row in each block's own prologue instead of in quantize_acts_kernel (one
 // dependent launch fewer a projection) lost 10-16% at batch 1 on the H100
 // (session 22: llama q4 1,337 -> 1,176 tok/s): every block repeats it.
-template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT>
-__global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
-                                   const float* __restrict__ biases, int group_shift, int rows,
-                                   int cols, const uint8_t* acts, size_t act_bytes, float* y,
-                                   GemvFusion f) {
+// QOUT: the outputs go to qout, quantized (finish_quantized), not to y (the
+// kernel gemv_affine_qout_kernel, below).
+template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT, bool QOUT>
+__device__ __forceinline__ void gemv_affine_body(const uint4* __restrict__ W,
+                                                 const float* __restrict__ scales,
+                                                 const float* __restrict__ biases, int group_shift,
+                                                 int rows, int cols, const uint8_t* acts,
+                                                 size_t act_bytes, float* y, GemvFusion f,
+                                                 uint8_t* qout, size_t qrow_bytes) {
   using A = Acts<BITS>;
   constexpr int VC = A::kVecCols;
   const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
@@ -302,7 +382,32 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
     }
   }
   if (!gather_split<N, ROWS, SPLIT>(acc, ss)) return;
-  finish<N, ROWS, GATED>(wr, acc, ss, cols, f, y);
+  if constexpr (QOUT)
+    finish_quantized<N, ROWS>(wr, acc, f, qout, qrow_bytes);
+  else
+    finish<N, ROWS, GATED>(wr, acc, ss, cols, f, y);
+}
+
+template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT>
+__global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
+                                   const float* __restrict__ biases, int group_shift, int rows,
+                                   int cols, const uint8_t* acts, size_t act_bytes, float* y,
+                                   GemvFusion f) {
+  gemv_affine_body<N, BITS, ROWS, UNROLL, GATED, SPLIT, false>(
+      W, scales, biases, group_shift, rows, cols, acts, act_bytes, y, f, nullptr, 0);
+}
+
+// GemvFusion::quantized_out's kernel: two blocks an SM (at most 128
+// registers), so the 192-288 blocks of the models' gate/up matrices run in
+// about one wave (at batch 2 it spills 152 bytes and still gains 1-8%).
+template <int N, int UNROLL>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
+    gemv_affine_qout_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
+                            const float* __restrict__ biases, int group_shift, int rows, int cols,
+                            const uint8_t* acts, size_t act_bytes, GemvFusion f, uint8_t* qout,
+                            size_t qrow_bytes) {
+  gemv_affine_body<N, 4, 8, UNROLL, true, 1, true>(W, scales, biases, group_shift, rows, cols, acts,
+                                                   act_bytes, nullptr, f, qout, qrow_bytes);
 }
 
 // A 2,048-column row is 64 vectors at 4 bits: 2 per lane, all in flight
@@ -326,6 +431,19 @@ void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, f
   });
 }
 
+// The gated GEMV of GemvFusion::quantized_out: 4 gate/up pairs a warp, a
+// block's 32 outputs quantized in its epilogue; one 16-byte vector of each
+// row in flight a lane (two spilled at 128 registers and lost 4-30% on the
+// H100, thirty-first session).
+template <int N>
+void launch_gemv_quantized_out(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes,
+                               const GemvFusion& f, uint8_t* qout, size_t qrow_bytes,
+                               cudaStream_t stream) {
+  launch(gemv_affine_qout_kernel<N, 1>, unsigned(w.rows / 2 / 32), kWarpsPerBlock * 32, 0, stream,
+         reinterpret_cast<const uint4*>(w.data), w.scales, w.biases, affine::log2_exact(w.group),
+         int(w.rows), int(w.cols), acts, act_bytes, f, qout, qrow_bytes);
+}
+
 template <int BITS>
 void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const GemvFusion& f,
                uint8_t* acts, cudaStream_t stream) {
@@ -336,14 +454,27 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   plain.pre_add = plain.pre_add_weight = nullptr;
   plain.residual_out = nullptr;
   plain.pre_add_scale = 1.f;
+  plain.quantized_out = nullptr;
+  plain.quantized_in = nullptr;
   const PreAdd pre{f.pre_add, f.pre_add_weight, f.pre_add_scale, f.residual_out};
-  launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(n),
-         int(w.cols), f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb, 0,
-         pre);
+  if (f.quantized_in)
+    acts = const_cast<uint8_t*>(f.quantized_in);  // only read
+  else
+    launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(n),
+           int(w.cols), f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb, 0,
+           pre);
   const int64_t outputs = gated ? w.rows / 2 : w.rows;
+  const size_t qrb = Acts<4>::row_bytes(int(outputs));
   for_batch_runs(n, [&](auto run, int64_t t0) {
     constexpr int N = decltype(run)::value;
     const GemvFusion ft = from_row(plain, t0);
+    if constexpr (N <= 2 && BITS == 4) {
+      if (f.quantized_out) {
+        launch_gemv_quantized_out<N>(w, acts + t0 * rb, rb, ft, f.quantized_out + t0 * qrb, qrb,
+                                     stream);
+        return;
+      }
+    }
     if (gated)
       launch_gemv<N, BITS, true>(w, acts + t0 * rb, rb, y + t0 * outputs, ft, stream);
     else
@@ -394,6 +525,10 @@ bool gemv_affine_pre_add_fits(int64_t cols) {
   return cols % 4 == 0 && cols <= kPreAddMaxCols;
 }
 
+bool gemv_affine_quantized_out_fits(const AffineMatrix& w, int64_t n) {
+  return w.bits == 4 && n >= 1 && n <= 2 && w.rows % 64 == 0;
+}
+
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated) {
   if (n > kMaxSplitBatch) return 1;
   // launch_gemv's warp units: one row, or a gate/up pair, a warp.
@@ -412,7 +547,20 @@ void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cud
         "gemv_affine: the sandwich-norm fusion (pre_add) takes rows of at most %d columns, a "
         "multiple of 4 (got %lld)",
         kPreAddMaxCols, (long long)w.cols);
-  gemv::check_fusion(fusion, w.rows, "gemv_affine", /*pre_add_ok=*/true);
+  gemv::check_fusion(fusion, w.rows, "gemv_affine", /*pre_add_ok=*/true, /*quantized_ok=*/true);
+  if (fusion.quantized_out &&
+      (fusion.gate == GemvGate::None || !gemv_affine_quantized_out_fits(w, n) ||
+       !aligned16(fusion.quantized_out)))
+    fail(
+        "gemv_affine: quantized_out takes a gated GEMV over 4-bit weights, 1-2 batch rows and a "
+        "multiple of 32 outputs into 16-byte aligned scratch (got %d bits, %lld rows, batch %lld)",
+        w.bits, (long long)w.rows, (long long)n);
+  if (fusion.quantized_in &&
+      (w.bits != 4 || fusion.normalize || fusion.pre_add || !aligned16(fusion.quantized_in)))
+    fail(
+        "gemv_affine: quantized_in takes 4-bit weights, no input norm or pre_add, and 16-byte "
+        "aligned activations (got %d bits)",
+        w.bits);
   for (const void* p :
        {static_cast<const void*>(fusion.norm_weight), static_cast<const void*>(fusion.pre_add),
         static_cast<const void*>(fusion.pre_add_weight),

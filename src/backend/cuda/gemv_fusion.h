@@ -250,7 +250,9 @@ void for_batch_runs(int64_t n, Run&& run) {
 }
 
 // The host-side checks every GEMV entry point makes of a fusion;
-// pre_add_ok: whether this call can do GemvFusion::pre_add.
-void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_add_ok = false);
+// pre_add_ok: whether this call can do GemvFusion::pre_add; quantized_ok:
+// quantized_out and quantized_in (gemv_affine checks their shapes itself).
+void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_add_ok = false,
+                  bool quantized_ok = false);
 
 }  // namespace tandem::cuda::gemv

@@ -38,6 +38,15 @@ enum class GemvGate { None, SiLU, GeluTanh };
 //  - times (not with gate or accumulate): y[t, r] = act(result) ·
 //    times[t · times_stride + r], act by times_act (Gemma 4's per-layer
 //    gate, whose activation multiplies the token's per-layer input).
+//  - quantized_out (gemv_affine only: gated, 4-bit weights, batches of
+//    gemv_affine_quantized_out_fits): the outputs are not written to y but
+//    quantized, as the next packed 4-bit GEMV's activations, into this
+//    scratch (gemv_affine_scratch_bytes(4, n, rows / 2) bytes) — in the
+//    GEMV's own epilogue, where each thread block holds 32 whole outputs, so
+//    the down projection needs no quantize kernel of its own;
+//  - quantized_in (gemv_affine only): the activations, already quantized by
+//    a quantized_out of the same width; x is not read (and the norm fusions
+//    must be off).
 // accumulate and gate exclude each other.
 constexpr int64_t kGemvPreAddMaxRows = 2;
 struct GemvFusion {
@@ -54,6 +63,8 @@ struct GemvFusion {
   const float* times = nullptr;
   int64_t times_stride = 0;
   GemvGate times_act = GemvGate::None;
+  uint8_t* quantized_out = nullptr;
+  const uint8_t* quantized_in = nullptr;
 };
 
 // y[t, r] = Σ_c W[r, c] · x[t, c] for t < n, r < rows: the decode GEMV
@@ -453,6 +464,9 @@ size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
 // multiple of 4, at most 12,288: the quantize kernel keeps the row in
 // registers).
 bool gemv_affine_pre_add_fits(int64_t cols);
+// Whether gemv_affine takes GemvFusion::quantized_out for w over n batch
+// rows: gated, 4 bits, n <= 2, and outputs (rows / 2) a multiple of 32.
+bool gemv_affine_quantized_out_fits(const AffineMatrix& w, int64_t n);
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n over 4-bit weights, with
 // gemv_affine's numerics (x quantized to int8 in blocks of 32; no fusions)
 // on int8 tensor cores (mma m16n8k32), without bf16 tiles of the weights:
