@@ -266,7 +266,8 @@ __device__ __forceinline__ void finish_quantized(const WarpRows<ROWS, true>& wr,
 
 // y[t, r] = Σ_vectors (s · d · Σ code · q + b · d · Σ q) over the quantized
 // activations (Acts), with the epilogue fusions of GemvFusion (the input
-// norm was applied by quantize_acts_kernel). A warp streams ROWS rows
+// norm was applied by quantize_acts_kernel, or the activations came
+// quantized from a gated GEMV's finish_quantized). A warp streams ROWS rows
 // (WarpRows: one, or a gate/up pair when gated); lane i loads each row's
 // 16-byte vectors i, i + 32, ..., UNROLL per row in flight, the first of them
 // issued before the PDL wait (weights are never written), and the

@@ -452,7 +452,8 @@ struct AffineMatrix {
 // computes it (backend/cpu/kernels.h): each row of x (through pre_add and
 // normalized first, as the fusion says) is quantized to int8 in blocks of
 // 32 values, so y differs from the f32 product with the dequantized
-// weights by that rounding; the integer products run on dp4a.
+// weights by that rounding; the integer products run on dp4a. (With
+// quantized_in the rows arrive quantized by the same rule.)
 // `scratch` holds the quantized rows: gemv_affine_scratch_bytes(w.bits, n,
 // w.cols) bytes (enough for gemm_affine_int8's layout of n tokens too),
 // 16-byte aligned (null: the call allocates its own, which
