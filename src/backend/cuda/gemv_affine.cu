@@ -105,6 +105,14 @@ __device__ __forceinline__ uint32_t q_byte(int q) {
   return uint32_t(uint8_t(int8_t(q)));
 }
 
+// At 4 bits, a lane's 4 columns go to its word's bytes as evens then odds:
+// columns +0 and +2 to base[0..1], +1 and +3 to base[4..5] (Acts<4> and
+// MmaActs alike).
+__device__ __forceinline__ void store_even_odd(uint8_t* base, const int (&q)[4]) {
+  *reinterpret_cast<uint16_t*>(base) = uint16_t(q_byte(q[0]) | q_byte(q[2]) << 8);
+  *reinterpret_cast<uint16_t*>(base + 4) = uint16_t(q_byte(q[1]) | q_byte(q[3]) << 8);
+}
+
 // Lane j's share (columns 4j .. 4j + 3) of block `blk` of an Acts<BITS> row
 // of `vecs` vectors: its q bytes and, from the vector's first lane, (d, d ·
 // Σ q). 4 bits: the columns are word j / 2's in-word columns 4 (j % 2) +
@@ -115,10 +123,9 @@ __device__ __forceinline__ void store_block(const QuantizedBlock& b, int j, int 
                                             int vecs, float2* meta) {
   if constexpr (BITS == 4) {
     const int word = j / 2;
-    uint8_t* base = row + size_t(word / 2) * 16 * size_t(vecs) + size_t(blk) * 16 +
-                    size_t(word % 2) * 8 + 2 * (j % 2);
-    *reinterpret_cast<uint16_t*>(base) = uint16_t(q_byte(b.q[0]) | q_byte(b.q[2]) << 8);
-    *reinterpret_cast<uint16_t*>(base + 4) = uint16_t(q_byte(b.q[1]) | q_byte(b.q[3]) << 8);
+    store_even_odd(row + size_t(word / 2) * 16 * size_t(vecs) + size_t(blk) * 16 +
+                       size_t(word % 2) * 8 + 2 * (j % 2),
+                   b.q);
     if (j == 0) meta[blk] = make_float2(b.d, float(b.sum) * b.d);
   } else {
     const int vec = 2 * blk + j / 4;
@@ -205,9 +212,7 @@ __global__ void __launch_bounds__(kQuantizeThreads)
     if (!valid) continue;
     if (BITS == 4 && mma_tokens) {  // MmaActs: word j / 2's 8 bytes at 8 (j / 2) of the slot
       const size_t slot = size_t(blk) * size_t(mma_tokens) + size_t(token);
-      uint8_t* base = out + slot * 32 + size_t(j / 2) * 8 + 2 * (j % 2);
-      *reinterpret_cast<uint16_t*>(base) = uint16_t(q_byte(b.q[0]) | q_byte(b.q[2]) << 8);
-      *reinterpret_cast<uint16_t*>(base + 4) = uint16_t(q_byte(b.q[1]) | q_byte(b.q[3]) << 8);
+      store_even_odd(out + slot * 32 + size_t(j / 2) * 8 + 2 * (j % 2), b.q);
       if (j == 0) mma_meta[slot] = make_float2(b.d, float(b.sum) * b.d);
     } else {
       store_block<BITS>(b, j, blk, row, vecs, meta);
@@ -401,14 +406,14 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
 // GemvFusion::quantized_out's kernel: two blocks an SM (at most 128
 // registers), so the 192-288 blocks of the models' gate/up matrices run in
 // about one wave (at batch 2 it spills 152 bytes and still gains 1-8%).
-template <int N, int UNROLL>
+template <int N>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
     gemv_affine_qout_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
                             const float* __restrict__ biases, int group_shift, int rows, int cols,
                             const uint8_t* acts, size_t act_bytes, GemvFusion f, uint8_t* qout,
                             size_t qrow_bytes) {
-  gemv_affine_body<N, 4, 8, UNROLL, true, 1, true>(W, scales, biases, group_shift, rows, cols, acts,
-                                                   act_bytes, nullptr, f, qout, qrow_bytes);
+  gemv_affine_body<N, 4, 8, 1, true, 1, true>(W, scales, biases, group_shift, rows, cols, acts,
+                                              act_bytes, nullptr, f, qout, qrow_bytes);
 }
 
 // A 2,048-column row is 64 vectors at 4 bits: 2 per lane, all in flight
@@ -440,7 +445,7 @@ template <int N>
 void launch_gemv_quantized_out(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes,
                                const GemvFusion& f, uint8_t* qout, size_t qrow_bytes,
                                cudaStream_t stream) {
-  launch(gemv_affine_qout_kernel<N, 1>, unsigned(w.rows / 2 / 32), kWarpsPerBlock * 32, 0, stream,
+  launch(gemv_affine_qout_kernel<N>, unsigned(w.rows / 2 / 32), kWarpsPerBlock * 32, 0, stream,
          reinterpret_cast<const uint4*>(w.data), w.scales, w.biases, affine::log2_exact(w.group),
          int(w.rows), int(w.cols), acts, act_bytes, f, qout, qrow_bytes);
 }
