@@ -988,13 +988,16 @@ struct Decoder::Impl {
     // The down projection's bf16 input: the activation's twin, unless the
     // gated GEMM below put it elsewhere.
     const uint16_t* gate_bf16 = twin_out();
+    // The gate/up GEMV leaves the down projection's activations quantized in
+    // `gate`, not the f32 rows (quantized_down).
+    const bool qdown = fuse != Fuse::None && quantized_down(L, T);
     if (fuse != Fuse::None) {
       const bool from_stream = fuse == Fuse::Residual || fuse == Fuse::Sandwich;
       GemvFusion f;
       if (from_stream)
         f = stream_input(L.mlp_in_norm, fuse == Fuse::Sandwich ? &L.attn_out_norm : nullptr);
       f.gate = s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh;
-      if (quantized_down(L, T)) f.quantized_out = gate.as<uint8_t>();
+      if (qdown) f.quantized_out = gate.as<uint8_t>();
       linear(fuse == Fuse::Sandwich   ? "gate/up proj (+ residual, norm, activation)"
              : fuse == Fuse::Residual ? "gate/up proj (+ norm, activation)"
                                       : "gate/up proj (+ activation)",
@@ -1021,10 +1024,8 @@ struct Decoder::Impl {
       mark("gated activation");
     }
     float* hp = hcur;
-    // Under quantized_down, the gate/up GEMV left the down projection's
-    // activations quantized in `gate`, not the f32 rows.
     GemvFusion down_in;
-    if (fuse != Fuse::None && quantized_down(L, T)) down_in.quantized_in = gate.as<uint8_t>();
+    if (qdown) down_in.quantized_in = gate.as<uint8_t>();
     if (fuse == Fuse::Residual) {
       GemvFusion add = down_in;
       add.accumulate = true;
