@@ -97,11 +97,7 @@ struct CausalStep {
 
 int main(int argc, char** argv) {
   const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
-  std::string why;
-  if (cuda::device_count(&why) == 0) {
-    std::fprintf(stderr, "bench_cuda_attention: no usable CUDA device: %s\n", why.c_str());
-    return 1;
-  }
+  if (!bench::have_device("bench_cuda_attention")) return 1;
   const std::vector<Shape> shapes = {{"llama-3.2-1b", 32, 8, 64},
                                      {"qwen3-1.7b", 16, 8, 128},
                                      {"gemma-3-1b", 4, 1, 256},

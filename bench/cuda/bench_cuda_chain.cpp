@@ -148,11 +148,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string why;
-  if (cuda::device_count(&why) == 0) {
-    std::fprintf(stderr, "bench_cuda_chain: no usable CUDA device: %s\n", why.c_str());
-    return 1;
-  }
+  if (!bench::have_device("bench_cuda_chain")) return 1;
   const cuda::DeviceInfo dev = cuda::device_info(0);
   const double peak = bench::copy_gbs();
   std::fprintf(stderr, "%s: copy bandwidth %.0f GB/s\n", dev.name.c_str(), peak);

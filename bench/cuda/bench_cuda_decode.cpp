@@ -96,11 +96,7 @@ int run(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--prefill")) prefill = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--quantize")) quantize = std::atoll(argv[i + 1]);
   }
-  std::string why;
-  if (cuda::device_count(&why) == 0) {
-    std::fprintf(stderr, "bench_cuda_decode: no usable CUDA device: %s\n", why.c_str());
-    return 1;
-  }
+  if (!bench::have_device("bench_cuda_decode")) return 1;
   // One random checkpoint per config and dtype, kept for the next run.
   const std::string dir =
       (std::filesystem::temp_directory_path() /

@@ -36,11 +36,7 @@ struct ModelShape {
 
 int main(int argc, char** argv) {
   const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
-  std::string why;
-  if (cuda::device_count(&why) == 0) {
-    std::fprintf(stderr, "bench_cuda_kernels: no usable CUDA device: %s\n", why.c_str());
-    return 1;
-  }
+  if (!bench::have_device("bench_cuda_kernels")) return 1;
   const cuda::DeviceInfo dev = cuda::device_info(0);
   const double peak = bench::copy_gbs();
   std::fprintf(stderr, "%s: copy bandwidth %.0f GB/s (nominal %.0f)\n", dev.name.c_str(), peak,

@@ -4,12 +4,22 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <functional>
+#include <string>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/runtime.h"
 
 namespace tandem::bench {
+
+// Whether a CUDA device is usable; where none is, prints why, as `program`.
+inline bool have_device(const char* program) {
+  std::string why;
+  if (cuda::device_count(&why) > 0) return true;
+  std::fprintf(stderr, "%s: no usable CUDA device: %s\n", program, why.c_str());
+  return false;
+}
 
 // The reachable read bandwidth the benchmarks quote fractions of: GB/s of a
 // large device-to-device copy (read + write bytes), after one warm-up copy.
