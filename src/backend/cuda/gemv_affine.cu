@@ -403,11 +403,12 @@ __global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __r
       W, scales, biases, group_shift, rows, cols, acts, act_bytes, y, f, nullptr, 0);
 }
 
-// GemvFusion::quantized_out's kernel: two blocks an SM (at most 128
-// registers), so the 192-288 blocks of the models' gate/up matrices run in
-// about one wave (at batch 2 it spills 152 bytes and still gains 1-8%).
-template <int N>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
+// GemvFusion::quantized_out's kernel: MIN_BLOCKS blocks an SM — 2 (at
+// most 128 registers) or 3 (85) — so the 192-288 blocks of the models'
+// gate/up matrices run in about one wave (at batch 2 and 2 blocks it spills
+// 152 bytes and still gains 1-8%).
+template <int N, int MIN_BLOCKS>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, MIN_BLOCKS)
     gemv_affine_qout_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
                             const float* __restrict__ biases, int group_shift, int rows, int cols,
                             const uint8_t* acts, size_t act_bytes, GemvFusion f, uint8_t* qout,
@@ -440,14 +441,30 @@ void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, f
 // The gated GEMV of GemvFusion::quantized_out: 4 gate/up pairs a warp, a
 // block's 32 outputs quantized in its epilogue; one 16-byte vector of each
 // row in flight a lane (two spilled at 128 registers and lost 4-30% on the
-// H100, thirty-first session).
+// H100, thirty-first session). Two blocks an SM, except at batch 1 where
+// the blocks outnumber two an SM's (ministral-3-3b: 288 on the H100's 132
+// SMs): three (80 registers, no spills), so they run in one wave. Measured
+// on the H100 with three blocks everywhere (thirty-first session):
+// ministral 698 -> 732 tok/s, llama-3.2-1b (256 blocks) +0.4%, gemma-3-1b
+// (216) -2.6%. TANDEM_CUDA_QOUT_BLOCKS=2 or 3 forces one (batch 1).
 template <int N>
 void launch_gemv_quantized_out(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes,
                                const GemvFusion& f, uint8_t* qout, size_t qrow_bytes,
                                cudaStream_t stream) {
-  launch(gemv_affine_qout_kernel<N>, unsigned(w.rows / 2 / 32), kWarpsPerBlock * 32, 0, stream,
-         reinterpret_cast<const uint4*>(w.data), w.scales, w.biases, affine::log2_exact(w.group),
-         int(w.rows), int(w.cols), acts, act_bytes, f, qout, qrow_bytes);
+  const int64_t blocks = w.rows / 2 / 32;
+  static const int64_t forced = env_count("TANDEM_CUDA_QOUT_BLOCKS", 0);
+  const bool three =
+      N == 1 &&
+      (forced ? forced == 3 : blocks > 2 * int64_t(current_launch_limits().multiprocessors));
+  const auto run = [&](auto kernel) {
+    launch(kernel, unsigned(blocks), kWarpsPerBlock * 32, 0, stream,
+           reinterpret_cast<const uint4*>(w.data), w.scales, w.biases, affine::log2_exact(w.group),
+           int(w.rows), int(w.cols), acts, act_bytes, f, qout, qrow_bytes);
+  };
+  if constexpr (N == 1) {
+    if (three) return run(gemv_affine_qout_kernel<N, 3>);
+  }
+  run(gemv_affine_qout_kernel<N, 2>);
 }
 
 template <int BITS>
