@@ -248,15 +248,10 @@ __device__ __forceinline__ void finish_quantized(const WarpRows<ROWS, true>& wr,
     for (int t = 0; t < N; ++t) acc[r][t] = warp_sum(acc[r][t]);
   if (lane == 0) {
 #pragma unroll
-    for (int r = 0; r < kOut; ++r) {
-      const int64_t o = wr.first + r, up = wr.outputs + o;
+    for (int r = 0; r < kOut; ++r)
 #pragma unroll
-      for (int t = 0; t < N; ++t) {
-        const float g = acc[r][t] + (f.bias ? f.bias[o] : 0.f);
-        const float u = acc[r + kOut][t] + (f.bias ? f.bias[up] : 0.f);
-        reinterpret_cast<float*>(outs[t])[warp * kOut + r] = gate_value(f.gate, g, u);
-      }
-    }
+      for (int t = 0; t < N; ++t)
+        reinterpret_cast<float*>(outs[t])[warp * kOut + r] = gated_output(wr, acc, r, t, f);
   }
   __syncthreads();
   if (warp != 0) return;
@@ -491,7 +486,7 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   for_batch_runs(n, [&](auto run, int64_t t0) {
     constexpr int N = decltype(run)::value;
     const GemvFusion ft = from_row(plain, t0);
-    if constexpr (N <= 2 && BITS == 4) {
+    if constexpr (N <= kQuantizedOutMaxRows && BITS == 4) {
       if (f.quantized_out) {
         launch_gemv_quantized_out<N>(w, acts + t0 * rb, rb, ft, f.quantized_out + t0 * qrb, qrb,
                                      stream);
@@ -549,7 +544,7 @@ bool gemv_affine_pre_add_fits(int64_t cols) {
 }
 
 bool gemv_affine_quantized_out_fits(const AffineMatrix& w, int64_t n) {
-  return w.bits == 4 && n >= 1 && n <= 2 && w.rows % 64 == 0;
+  return w.bits == 4 && n >= 1 && n <= kQuantizedOutMaxRows && w.rows % 64 == 0;
 }
 
 int gemv_affine_split(const AffineMatrix& w, int64_t n, bool gated) {
@@ -575,9 +570,10 @@ void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cud
       (fusion.gate == GemvGate::None || !gemv_affine_quantized_out_fits(w, n) ||
        !aligned16(fusion.quantized_out)))
     fail(
-        "gemv_affine: quantized_out takes a gated GEMV over 4-bit weights, 1-2 batch rows and a "
-        "multiple of 32 outputs into 16-byte aligned scratch (got %d bits, %lld rows, batch %lld)",
-        w.bits, (long long)w.rows, (long long)n);
+        "gemv_affine: quantized_out takes a gated GEMV over 4-bit weights, 1-%lld batch rows and "
+        "a multiple of 32 outputs into 16-byte aligned scratch (got %d bits, %lld rows, batch "
+        "%lld)",
+        (long long)kQuantizedOutMaxRows, w.bits, (long long)w.rows, (long long)n);
   if (fusion.quantized_in &&
       (w.bits != 4 || fusion.normalize || fusion.pre_add || !aligned16(fusion.quantized_in)))
     fail(

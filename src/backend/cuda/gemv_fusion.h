@@ -90,6 +90,20 @@ __device__ __forceinline__ float gate_value(GemvGate g, float gate, float up) {
   return (g == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
 }
 
+// Output r of batch row t of a gated warp: act(gate) · up, each with its
+// bias, from the reduced sums of the gate row (acc[r]) and its up row
+// (acc[r + kOutputs]).
+template <int N, int ROWS>
+__device__ __forceinline__ float gated_output(const WarpRows<ROWS, true>& wr,
+                                              const float (&acc)[ROWS][N], int r, int t,
+                                              const GemvFusion& f) {
+  constexpr int kOut = WarpRows<ROWS, true>::kOutputs;
+  const int64_t o = wr.first + r, up = wr.outputs + o;
+  const float g = acc[r][t] + (f.bias ? f.bias[o] : 0.f);
+  const float u = acc[r + kOut][t] + (f.bias ? f.bias[up] : 0.f);
+  return gate_value(f.gate, g, u);
+}
+
 // The epilogue: reduces the warp's partial sums acc[r][t] (and, when
 // normalizing, the per-lane sums of squares ss[t] of x), then lane 0
 // writes the warp's outputs as GemvFusion says. Every lane must call it.
@@ -115,10 +129,7 @@ __device__ __forceinline__ void finish(const WarpRows<ROWS, GATED>& wr, float (&
     for (int t = 0; t < N; ++t) {
       float* dst = y + t * wr.outputs + o;
       if constexpr (GATED) {
-        const int64_t up = wr.outputs + o;
-        const float g = acc[r][t] + (f.bias ? f.bias[o] : 0.f);
-        const float u = acc[r + kOut][t] + (f.bias ? f.bias[up] : 0.f);
-        *dst = gate_value(f.gate, g, u);
+        *dst = gated_output(wr, acc, r, t, f);
       } else {
         const float v = acc[r][t] + (f.bias ? f.bias[o] : 0.f);
         if (f.times)

@@ -466,7 +466,9 @@ size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
 // registers).
 bool gemv_affine_pre_add_fits(int64_t cols);
 // Whether gemv_affine takes GemvFusion::quantized_out for w over n batch
-// rows: gated, 4 bits, n <= 2, and outputs (rows / 2) a multiple of 32.
+// rows: gated, 4 bits, n <= kQuantizedOutMaxRows, and outputs (rows / 2) a
+// multiple of 32.
+constexpr int64_t kQuantizedOutMaxRows = 2;
 bool gemv_affine_quantized_out_fits(const AffineMatrix& w, int64_t n);
 // y[t, r] = Σ_c w[r, c] · x[t, c] for t < n over 4-bit weights, with
 // gemv_affine's numerics (x quantized to int8 in blocks of 32; no fusions)
