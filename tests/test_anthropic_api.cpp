@@ -16,32 +16,6 @@ using namespace tandem::test;
 
 namespace {
 
-struct Event {
-  std::string name;
-  json data;
-};
-
-// "event: NAME\ndata: JSON\n\n" records, in order.
-std::vector<Event> named_events(const std::string& raw) {
-  std::vector<Event> out;
-  size_t pos = 0;
-  for (size_t end; (end = raw.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
-    const std::string rec = raw.substr(pos, end - pos);
-    Event e;
-    size_t line = 0;
-    while (line < rec.size()) {
-      size_t nl = rec.find('\n', line);
-      if (nl == std::string::npos) nl = rec.size();
-      const std::string l = rec.substr(line, nl - line);
-      if (l.rfind("event: ", 0) == 0) e.name = l.substr(7);
-      if (l.rfind("data: ", 0) == 0) e.data = json::parse(l.substr(6), nullptr, false);
-      line = nl + 1;
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
 const char* kGemmaCall =
     "<|channel>thought\nThe user wants the weather in Paris.<channel|>"
     "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"
@@ -84,13 +58,13 @@ void expect_anthropic_error(const HttpResult& r, int status, const std::string& 
 
 // Checks a stream's structure against the documented sequence and returns
 // the message it describes, put together as the SDKs do.
-json check_stream(const std::vector<Event>& events) {
+json check_stream(const std::vector<NamedEvent>& events) {
   EXPECT_GE(events.size(), 3u);
   json msg;
   int open = -1, next = 0;
   bool delta_seen = false, stopped = false;
   for (size_t i = 0; i < events.size(); ++i) {
-    const Event& e = events[i];
+    const NamedEvent& e = events[i];
     SCOPED_TRACE("event " + std::to_string(i) + ": " + e.name + " " + e.data.dump());
     EXPECT_FALSE(stopped) << "an event after message_stop";
     EXPECT_EQ(e.data["type"], e.name);
@@ -172,7 +146,7 @@ TEST(AnthropicApi, TextMessageAndItsStream) {
   ASSERT_EQ(st.status, 200) << st.raw;
   EXPECT_EQ(std::string(httplib::detail::get_header_value(st.headers, "Content-Type", 0, "")),
             "text/event-stream");
-  const std::vector<Event> events = named_events(st.raw);
+  const std::vector<NamedEvent> events = named_events(st.raw);
   const json got = check_stream(events);
   EXPECT_EQ(got["content"], m["content"]);
   EXPECT_EQ(got["stop_reason"], "end_turn");
@@ -180,7 +154,7 @@ TEST(AnthropicApi, TextMessageAndItsStream) {
   EXPECT_EQ(got["usage"]["output_tokens"], m["usage"]["output_tokens"]);
   // The text arrived over several deltas.
   int deltas = 0;
-  for (const Event& e : events) deltas += e.name == "content_block_delta";
+  for (const NamedEvent& e : events) deltas += e.name == "content_block_delta";
   EXPECT_GT(deltas, 1);
   EXPECT_EQ(events.front().name, "message_start");
   EXPECT_EQ(events.back().name, "message_stop");
@@ -240,7 +214,8 @@ TEST(AnthropicApi, ThinkingAndToolUseBlocks) {
   EXPECT_EQ(r.body["usage"]["input_tokens"], cr.body["usage"]["prompt_tokens"]);
 
   body["stream"] = true;
-  const std::vector<Event> events = named_events(post_stream(s.port(), "/v1/messages", body).raw);
+  const std::vector<NamedEvent> events =
+      named_events(post_stream(s.port(), "/v1/messages", body).raw);
   json got = check_stream(events);
   ASSERT_EQ(got["content"].size(), 2u) << got;
   EXPECT_EQ(got["content"][0]["thinking"], c[0]["thinking"]);
@@ -249,7 +224,7 @@ TEST(AnthropicApi, ThinkingAndToolUseBlocks) {
   EXPECT_EQ(got["content"][1]["id"].get<std::string>().rfind("toolu_", 0), 0u);
   EXPECT_EQ(got["stop_reason"], "tool_use");
   // The block starts carry their type's empty fields.
-  for (const Event& e : events)
+  for (const NamedEvent& e : events)
     if (e.name == "content_block_start") {
       const json& b = e.data["content_block"];
       if (b["type"] == "thinking") {
@@ -425,15 +400,15 @@ TEST(AnthropicApi, FailureMidStreamIsAnErrorEvent) {
   body["stream"] = true;
   SseResult st = post_stream(s.port(), "/v1/messages", body);
   ASSERT_EQ(st.status, 200) << st.raw;
-  const std::vector<Event> events = named_events(st.raw);
+  const std::vector<NamedEvent> events = named_events(st.raw);
   ASSERT_GE(events.size(), 4u) << st.raw;
   EXPECT_EQ(events[0].name, "message_start");
   EXPECT_EQ(events[events.size() - 2].name, "content_block_stop") << st.raw;
-  const Event& last = events.back();
+  const NamedEvent& last = events.back();
   EXPECT_EQ(last.name, "error");
   EXPECT_EQ(last.data["type"], "error");
   EXPECT_EQ(last.data["error"]["type"], "api_error");
-  for (const Event& e : events) EXPECT_NE(e.name, "message_stop");
+  for (const NamedEvent& e : events) EXPECT_NE(e.name, "message_stop");
 }
 
 }  // namespace

@@ -15,31 +15,6 @@ using namespace tandem::test;
 
 namespace {
 
-struct Event {
-  std::string name;
-  json data;
-};
-
-std::vector<Event> named_events(const std::string& raw) {
-  std::vector<Event> out;
-  size_t pos = 0;
-  for (size_t end; (end = raw.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
-    const std::string rec = raw.substr(pos, end - pos);
-    Event e;
-    size_t line = 0;
-    while (line < rec.size()) {
-      size_t nl = rec.find('\n', line);
-      if (nl == std::string::npos) nl = rec.size();
-      const std::string l = rec.substr(line, nl - line);
-      if (l.rfind("event: ", 0) == 0) e.name = l.substr(7);
-      if (l.rfind("data: ", 0) == 0) e.data = json::parse(l.substr(6), nullptr, false);
-      line = nl + 1;
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
 json tools() {
   return json::parse(R"([{"type": "function", "name": "get_weather",
     "description": "The current weather in a city",
@@ -65,13 +40,13 @@ int chat_prompt_tokens(int port, const json& messages, const json& tools = nullp
 // Checks the stream against the documented sequence; returns the final
 // response (from response.completed / .incomplete) after checking that the
 // items and text the events built equal it.
-json check_stream(const std::vector<Event>& events) {
+json check_stream(const std::vector<NamedEvent>& events) {
   EXPECT_GE(events.size(), 3u);
   json items = json::array();  // built from the events
   int open = -1;
   json final_response;
   for (size_t i = 0; i < events.size(); ++i) {
-    const Event& e = events[i];
+    const NamedEvent& e = events[i];
     SCOPED_TRACE("event " + std::to_string(i) + ": " + e.name + " " + e.data.dump());
     EXPECT_EQ(e.data["type"], e.name);
     EXPECT_EQ(e.data["sequence_number"], int(i));
@@ -170,7 +145,7 @@ TEST(ResponsesApi, TextResponseAndItsStream) {
   body["stream"] = true;
   SseResult st = post_stream(s.port(), "/v1/responses", body);
   ASSERT_EQ(st.status, 200) << st.raw;
-  const std::vector<Event> events = named_events(st.raw);
+  const std::vector<NamedEvent> events = named_events(st.raw);
   const json fin = check_stream(events);
   EXPECT_EQ(events.back().name, "response.completed");
   EXPECT_EQ(fin["status"], "completed");
@@ -183,7 +158,7 @@ TEST(ResponsesApi, TextResponseAndItsStream) {
   usage["input_tokens_details"]["cached_tokens"] = 0;
   EXPECT_EQ(usage, o["usage"]);
   std::vector<std::string> order;
-  for (const Event& e : events)
+  for (const NamedEvent& e : events)
     if (order.empty() || order.back() != e.name) order.push_back(e.name);
   EXPECT_EQ(order, (std::vector<std::string>{
                        "response.created", "response.in_progress", "response.output_item.added",
@@ -253,7 +228,8 @@ TEST(ResponsesApi, FunctionCallRoundTripAndIncomplete) {
   EXPECT_EQ(r.body["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(r.body["usage"]["output_tokens"], 2);
   cut["stream"] = true;
-  const std::vector<Event> events = named_events(post_stream(s.port(), "/v1/responses", cut).raw);
+  const std::vector<NamedEvent> events =
+      named_events(post_stream(s.port(), "/v1/responses", cut).raw);
   const json fin = check_stream(events);
   EXPECT_EQ(events.back().name, "response.incomplete");
   EXPECT_EQ(fin["incomplete_details"]["reason"], "max_output_tokens");
@@ -316,10 +292,10 @@ TEST(ResponsesApi, FailureMidStreamIsResponseFailed) {
   ForcedServer s("Hello! How can I help you today?", "step-throw@4");
   SseResult st = post_stream(s.port(), "/v1/responses", {{"input", "Hi"}, {"stream", true}});
   ASSERT_EQ(st.status, 200) << st.raw;
-  const std::vector<Event> events = named_events(st.raw);
+  const std::vector<NamedEvent> events = named_events(st.raw);
   ASSERT_GE(events.size(), 4u) << st.raw;
   EXPECT_EQ(events[events.size() - 2].name, "response.output_item.done") << st.raw;
-  const Event& last = events.back();
+  const NamedEvent& last = events.back();
   EXPECT_EQ(last.name, "response.failed");
   EXPECT_EQ(last.data["response"]["status"], "failed");
   EXPECT_EQ(last.data["response"]["error"]["code"], "server_error");

@@ -167,6 +167,26 @@ SseResult post_stream(int port, const std::string& path, const json& body,
   return out;
 }
 
+std::vector<NamedEvent> named_events(const std::string& raw) {
+  std::vector<NamedEvent> out;
+  size_t pos = 0;
+  for (size_t end; (end = raw.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
+    const std::string rec = raw.substr(pos, end - pos);
+    NamedEvent e;
+    size_t line = 0;
+    while (line < rec.size()) {
+      size_t nl = rec.find('\n', line);
+      if (nl == std::string::npos) nl = rec.size();
+      const std::string l = rec.substr(line, nl - line);
+      if (l.rfind("event: ", 0) == 0) e.name = l.substr(7);
+      if (l.rfind("data: ", 0) == 0) e.data = json::parse(l.substr(6), nullptr, false);
+      line = nl + 1;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 // ---- raw sockets ----
 
 int connect_local(int port) {

@@ -103,6 +103,15 @@ struct SseResult {
 SseResult post_stream(int port, const std::string& path, const json& body,
                       const httplib::Headers& headers = {});
 
+// The records of a stream with named events ("event: NAME\ndata: JSON\n\n",
+// Anthropic's and the Responses API's), in order; data that is not JSON
+// parses to a discarded value.
+struct NamedEvent {
+  std::string name;
+  json data;
+};
+std::vector<NamedEvent> named_events(const std::string& raw);
+
 // Raw TCP, for what httplib::Client will not send or do (invalid bytes,
 // half-written requests, closing in the middle of a response).
 int connect_local(int port);  // -1 on failure
