@@ -1,13 +1,10 @@
 #include "test_hub_util.h"
 
-#include <sys/wait.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "catalog/blob_hash.h"
 
@@ -266,25 +263,6 @@ std::string HubTestBase::make_cached_snapshot(const std::string& repo, const std
   }
   std::ofstream(dir + "/refs/" + revision) << commit;
   return snap;
-}
-
-CommandResult run_tandem_with_input(const std::string& args, const std::string& input) {
-  TempDir tmp;
-  const std::string in = tmp.path() + "/in", out = tmp.path() + "/out", err = tmp.path() + "/err";
-  std::ofstream(in, std::ios::binary) << input;
-  const std::string cmd = tandem_binary() + " " + args + " >" + out + " 2>" + err + " <" + in;
-  const int status = std::system(cmd.c_str());
-  CommandResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
 }
 
 }  // namespace tandem::test

@@ -112,7 +112,4 @@ class HubTestBase : public ::testing::Test {
   ScopedEnv env_;
 };
 
-// Runs `tandem ARGS` with `input` on its stdin.
-CommandResult run_tandem_with_input(const std::string& args, const std::string& input);
-
 }  // namespace tandem::test

@@ -42,11 +42,15 @@ std::string fixture_param_name(const std::string& fixture) {
 }
 
 CommandResult run_tandem(const std::string& args) {
+  return run_tandem_with_input(args, "");
+}
+
+CommandResult run_tandem_with_input(const std::string& args, const std::string& input) {
   TempDir tmp;
-  const std::string out_path = tmp.path() + "/out", err_path = tmp.path() + "/err";
-  const std::string cmd =
-      tandem_binary() + " " + args + " >" + out_path + " 2>" + err_path + " </dev/null";
-  int status = std::system(cmd.c_str());
+  const std::string in = tmp.path() + "/in", out = tmp.path() + "/out", err = tmp.path() + "/err";
+  std::ofstream(in, std::ios::binary) << input;
+  const std::string cmd = tandem_binary() + " " + args + " >" + out + " 2>" + err + " <" + in;
+  const int status = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   auto slurp = [](const std::string& p) {
@@ -55,8 +59,8 @@ CommandResult run_tandem(const std::string& args) {
     ss << f.rdbuf();
     return ss.str();
   };
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
+  r.out = slurp(out);
+  r.err = slurp(err);
   return r;
 }
 

@@ -23,8 +23,10 @@ struct CommandResult {
   std::string out;  // stdout
   std::string err;  // stderr
 };
-// Runs `tandem <args>` (args are shell-quoted by the caller).
+// Runs `tandem <args>` (args are shell-quoted by the caller), stdin empty.
 CommandResult run_tandem(const std::string& args);
+// The same with `input` on its stdin.
+CommandResult run_tandem_with_input(const std::string& args, const std::string& input);
 
 // gtest parameter names for fixture names ("llama-f32" -> "llama_f32").
 std::string fixture_param_name(const std::string& fixture);
