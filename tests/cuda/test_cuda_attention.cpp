@@ -31,6 +31,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "cuda_test_util.h"
 #include "model/rope.h"
@@ -57,6 +58,39 @@ void expect_twin(const cuda::DeviceBuffer& twin, const std::vector<float>& out,
     if (got[i] != f32_to_bf16(out[i]) && bad++ < 3)
       ADD_FAILURE() << what << " twin [" << i << "] " << got[i] << " for " << out[i];
   EXPECT_EQ(bad, 0u) << what << " twin";
+}
+
+// The quantized rows an attention run wrote (PagedAttention::out_quantized)
+// against those the quantize kernel of a 4-bit gemv_affine makes of the f32
+// output `out` (n rows of `cols`) in its scratch: byte for byte, each row's
+// codes and (d, d · Σ q) of every 32-column block (the row's padding past
+// them is written by neither).
+void expect_quantized(const cuda::DeviceBuffer& codes, const cuda::DeviceBuffer& out, int64_t n,
+                      int64_t cols, const std::string& what) {
+  // Any 4-bit matrix over `cols` columns: only its quantized input is compared.
+  const int64_t rows = 64;
+  auto data = upload(std::vector<uint32_t>(size_t(rows * cols / 8), 0x12345678u));
+  auto scales = upload(std::vector<float>(size_t(rows * cols / 32), 0.5f));
+  auto biases = upload(std::vector<float>(size_t(rows * cols / 32), 0.f));
+  const cuda::AffineMatrix w{
+      data.as<uint32_t>(), scales.as<float>(), biases.as<float>(), 4, 32, rows, cols};
+  cuda::DeviceBuffer scratch(cuda::gemv_affine_scratch_bytes(4, n, cols)),
+      y(size_t(n * rows) * sizeof(float));
+  cuda::gemv_affine(w, out.as<float>(), n, y.as<float>(), nullptr, {}, scratch.get(),
+                    scratch.bytes());
+  const size_t row_bytes = cuda::gemv_affine_quantized_row_bytes(cols);
+  const size_t used = size_t(cols / 32) * 40;  // 32 code bytes and a float2 a block
+  const auto want = download<uint8_t>(scratch, size_t(n) * row_bytes);
+  const auto got = download<uint8_t>(codes, size_t(n) * row_bytes);
+  size_t bad = 0;
+  for (int64_t t = 0; t < n; ++t)
+    for (size_t i = 0; i < used; ++i) {
+      const size_t at = size_t(t) * row_bytes + i;
+      if (got[at] != want[at] && bad++ < 3)
+        ADD_FAILURE() << what << " quantized row " << t << " byte " << i << ": " << int(got[at])
+                      << ", the quantize kernel " << int(want[at]);
+    }
+  EXPECT_EQ(bad, 0u) << what << " quantized rows";
 }
 
 struct Case {
@@ -215,6 +249,11 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
             gp.partial = partial.as<float>();
             cuda::DeviceBuffer twin(want.size() * 2);
             gp.out_bf16 = twin.as<uint16_t>();
+            // The tensor-core kernels also write the o projection's quantized input.
+            const bool quantizes = mma && cuda::attention_quantizes_out(gp);
+            cuda::DeviceBuffer codes(
+                quantizes ? size_t(c.n) * cuda::gemv_affine_quantized_row_bytes(q_dim) : 16);
+            if (quantizes) gp.out_quantized = codes.as<uint8_t>();
             cuda::attention_paged(dq.as<float>(), c.n, at, gp, dout.as<float>(), nullptr, kernel);
             const auto got = download<float>(dout, want.size());
             const std::string what =
@@ -234,6 +273,7 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
             }
             EXPECT_EQ(bad, 0u) << what;
             expect_twin(twin, got, what);
+            if (quantizes) expect_quantized(codes, dout, c.n, q_dim, what);
           }
         if (mma)
           std::printf(
@@ -314,6 +354,33 @@ TEST_F(CudaAttention, OneWarpBlocksPerSmFollowSharedMemory) {
   if (smem >= 200 * 1024 && smem < 250 * 1024) {
     EXPECT_EQ(last, 2) << smem << " bytes an SM";
   }
+}
+
+// Quantized output rows come from the tensor-core decode kernels only: the
+// CUDA-core kernel, a head dim that is not a multiple of 32 (a block would
+// span two heads) and the prefill kernels refuse them, with the reason,
+// before launching anything.
+TEST_F(CudaAttention, QuantizedOutputNeedsTheTensorCoreDecodeKernels) {
+  cuda::DeviceBuffer codes(4096);
+  cuda::PagedAttention p;
+  p.heads = 4;
+  p.kv_heads = 1;
+  p.head_dim = 64;
+  p.kv_bf16 = true;
+  p.block_size = 16;
+  p.out_quantized = codes.as<uint8_t>();
+  const cuda::StepLayout at;
+  float* none = nullptr;
+  EXPECT_TRUE(cuda::attention_quantizes_out(p) || !cuda::attention_decode_mma_supported(p));
+  EXPECT_THROW(cuda::attention_paged(none, 1, at, p, none, nullptr, cuda::DecodeKernel::CudaCores),
+               Error);
+  p.head_dim = 80;
+  p.kv_bf16 = false;
+  EXPECT_FALSE(cuda::attention_quantizes_out(p));
+  EXPECT_THROW(cuda::attention_paged(none, 1, at, p, none, nullptr), Error);
+  p.head_dim = 64;
+  const int32_t* tiles = nullptr;
+  EXPECT_THROW(cuda::attention_prefill(none, at, tiles, 1, p, none, nullptr), Error);
 }
 
 TEST_F(CudaAttention, RopeMatchesCpu) {

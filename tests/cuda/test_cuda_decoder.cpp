@@ -457,7 +457,7 @@ namespace {
 struct WideHeadsModel {
   std::string dir;
   std::unique_ptr<Model> model;
-  explicit WideHeadsModel(const std::string& config_name) {
+  explicit WideHeadsModel(const std::string& config_name, const LoadOptions& options = {}) {
     char dir_template[] = "/tmp/tandem-wide-heads-XXXXXX";
     const char* made = mkdtemp(dir_template);
     if (!made) throw std::runtime_error("mkdtemp failed");
@@ -477,7 +477,7 @@ struct WideHeadsModel {
     }
     std::ofstream(dir + "/config.json") << config.dump(2);
     synth_checkpoint(dir + "/config.json", dir, DType::BF16, 11);
-    model = load_model(dir);
+    model = load_model(dir, options);
   }
   ~WideHeadsModel() { std::filesystem::remove_all(dir); }
 };
@@ -548,6 +548,83 @@ TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
           shape.config, (long long)shape.head_dim, fused ? "fused" : "unfused", err);
       EXPECT_LE(err, 1e-2) << shape.config << (fused ? " qkv post fused" : " qkv post unfused");
     }
+  }
+}
+
+// Gemma 4's per-layer block with its glue folded into the kernels beside it
+// (TANDEM_CUDA_PLE_TWINS, the default: the MLP's residual add writes h's
+// bf16 copy for the per-layer gate's GEMM, the gated activation its own for
+// the projection's, and the block's residual add computes the next layer's
+// input norm) against the separate launches (=0), on both Gemma 4 fixtures
+// under the serving numerics: steps of 256 (bf16 GEMMs, where the twins are
+// read) and of 4 (fused GEMVs, where only the norm moves). The bf16 copies
+// round as split_bf16 does, so only the norm's summation order differs:
+// within 0.05 x std (a K or V row rounded to the other bf16 neighbour moves
+// these tiny random models' logits by up to a few 1e-2).
+TEST(CudaDecoderPle, FoldedGlueMatchesTheSeparateLaunches) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  for (const char* name : {"gemma4_text-bf16", "gemma4-bf16"}) {
+    const std::string dir = fixture(name);
+    auto model = load_model(dir);
+    std::ifstream f(dir + "/reference.json");
+    const std::vector<int32_t> prompt =
+        nlohmann::json::parse(f)["prompt"].get<std::vector<int32_t>>();
+    for (const int64_t step_tokens : {int64_t(4), int64_t(256)}) {
+      auto run = [&](const char* twins) {
+        const ScopedEnv env("TANDEM_CUDA_PLE_TWINS", twins);
+        return gpu_serving_logits(*model, prompt, step_tokens);
+      };
+      const double err = relative_error(run("1"), run("0"));
+      std::printf(
+          "[cuda decoder] %s steps of %lld: per-layer glue folded vs separate launches: %.2e x "
+          "std\n",
+          name, (long long)step_tokens, err);
+      EXPECT_LE(err, 0.05) << name << ", steps of " << step_tokens;
+    }
+  }
+}
+
+// The attention kernels' quantized rows through the decoder (quantized_o:
+// 4-bit o projections on the GEMV path read them in place of a quantize
+// kernel's) at the wide heads' shapes quantized to 4 bits on load, one token
+// per step (the chunked kernel writing the rows itself, then, past 128
+// keys, the split combine): the logits must be exactly those of the
+// decoder that quantizes the f32 attention output with the quantize kernel
+// (TANDEM_CUDA_QUANTIZED_O=0), since both give the o GEMV the same bytes —
+// and within 1e-2 x std of the CPU decoder (int8 activations, bf16 rows).
+TEST(CudaDecoderWideHeads, QuantizedAttentionRowsGiveTheQuantizeKernelsLogits) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  LoadOptions o;
+  o.quantize_bits = 4;
+  o.quantize_group_size = 64;
+  for (const WideShape shape : kWideShapes) {
+    const WideHeadsModel m(shape.config, o);
+    const Model& model = *m.model;
+    const std::vector<int32_t> ids = wide_heads_prompt();
+    const int64_t n = int64_t(ids.size());
+    auto run = [&](const char* quantized_o) {
+      const ScopedEnv env("TANDEM_CUDA_QUANTIZED_O", quantized_o);
+      KvPool kv_pool =
+          single_sequence_pool(model.spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
+      cuda::Decoder gpu(model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
+      SequenceKv kv;
+      std::vector<float> got(size_t(n * model.spec.vocab));
+      run_sequence(gpu, ids.data(), n, kv, got.data(), true);
+      return got;
+    };
+    const std::vector<float> in_attention = run("1"), by_quantize_kernel = run("0");
+    size_t differ = 0;
+    for (size_t i = 0; i < in_attention.size(); ++i)
+      differ += in_attention[i] != by_quantize_kernel[i];
+    EXPECT_EQ(differ, 0u) << shape.config << ": logits that differ of " << in_attention.size();
+    const double err = relative_error(in_attention, cpu_bf16_rows(model, ids, 0).first);
+    std::printf(
+        "[cuda decoder] %s shape 4-bit, quantized attention rows: %zu logits differ from the "
+        "quantize kernel's; max|gpu - cpu| = %.2e x std\n",
+        shape.config, differ, err);
+    EXPECT_LE(err, 1e-2) << shape.config;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cstdlib>
 
+#include "backend/cuda/attention_quant.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.h"
@@ -27,12 +28,6 @@ bool qkv_post_warps_enabled() {
   return !env_is("TANDEM_CUDA_QKV_POST_WARPS", "0");
 }
 constexpr int kMaxSplits = 128;  // key-range splits of one (token, head)
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // The blocks of token t's sequence for this layer's kind, and the row of
 // position j in the paged storage (offset in floats, kv head 0).
@@ -322,6 +317,11 @@ __global__ void attention_combine_kernel(PagedAttention p, float* __restrict__ o
       for (int i = 0; i < kBatch; ++i) o += v[i] * scale[s + i];
     }
     store_out(p, out, oh + d, o);
+    // A warp's 32 values are 32 consecutive dims of one head (head_dim and
+    // blockDim are multiples of 32 where out_quantized is set).
+    if (p.out_quantized)
+      store_quantized32(quantized_row(p, th / p.heads), int(p.heads * p.head_dim),
+                        int((oh % (p.heads * p.head_dim) + d) / 32), o);
   }
 }
 
@@ -580,6 +580,11 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
   // the tensor-core kernel (attention_decode.cu), unless told otherwise.
   const bool tensor_cores = kernel == DecodeKernel::TensorCores ||
                             (kernel == DecodeKernel::Auto && attention_decode_mma_supported(pp));
+  if (p.out_quantized && !(tensor_cores && attention_quantizes_out(pp)))
+    fail(
+        "attention_paged: quantized output rows (out_quantized) need the tensor-core decode "
+        "kernels and a head dim that is a multiple of 32 (head_dim %lld)",
+        (long long)p.head_dim);
   if (fused_post && !(tensor_cores && pp.chunked))
     fail("attention_paged: a fused qkv post needs the chunked tensor-core kernel (p.chunked)");
   if (tensor_cores && pp.chunked)
@@ -593,6 +598,10 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
   const unsigned threads = unsigned(std::clamp<int64_t>((p.head_dim + 31) / 32 * 32, 128, 512));
   launch(attention_combine_kernel, unsigned(n * p.heads), threads, 0, stream, p, out);
   CUDA_CHECK(cudaGetLastError());
+}
+
+bool attention_quantizes_out(const PagedAttention& p) {
+  return attention_decode_mma_supported(p) && p.head_dim % 32 == 0;
 }
 
 void qkv_post(const float* qkv, int64_t n, const StepLayout& at, const QkvPost& p,

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "backend/cuda/attention_quant.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.h"
@@ -156,7 +157,12 @@ __device__ __forceinline__ void merge_key_warps(const float (&o)[DH / 8][4], flo
     }
     const int64_t h = int64_t(kvh) * G + r;
     if (p.splits == 1) {
-      store_out(p, out, t * p.heads * DH + h * DH + d, l > 0.f ? acc / l : 0.f);
+      const float v = l > 0.f ? acc / l : 0.f;
+      store_out(p, out, t * p.heads * DH + h * DH + d, v);
+      // A warp's 32 values are 32 consecutive dims of one head (DH and the
+      // loop's step are multiples of 32).
+      if (p.out_quantized)
+        store_quantized32(quantized_row(p, t), int(p.heads * DH), int((h * DH + d) / 32), v);
     } else {
       float* part = split_partial(p, t, h, split, DH);
       if (d == 0) {
@@ -377,6 +383,9 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
 #pragma unroll
     for (int half = 0; half < QR / 8; ++half) {
       const int r = g + 8 * half;
+      if (p.out_quantized && p.splits == 1)  // every lane: the rows' lanes shuffle
+        store_row_quantized(p, o, half, half ? l1 : l0, t, int64_t(kvh) * G + r, DH, warp * DO,
+                            r < G);
       if (r >= G) continue;
       store_row_fragment(p, out, o, half, half ? m1 : m0, half ? l1 : l0, t, int64_t(kvh) * G + r,
                          split, DH, warp * DO, tq, warp == 0 && tq == 0);

@@ -36,6 +36,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "backend/cuda/attention_quant.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_rows.h"
@@ -440,6 +441,40 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
     if (r >= G) continue;
     store_row_fragment(p, out, o, half, half ? m1 : m0, half ? l1 : l0, t, int64_t(kvh) * G + r,
                        split, DH, warp * DPW, tq, warp == 0 && tq == 0);
+  }
+  if (!p.out_quantized || p.splits != 1) return;  // the split combine quantizes
+  // The quantized rows (PagedAttention::out_quantized). A warp's dims are
+  // whole 32-column blocks at head dim 256; below, a block spans warps, so
+  // the rows go through shared memory — the K rows, which no warp reads
+  // after the last chunk's scores and no copy still fills — and each warp
+  // quantizes whole blocks of them.
+  if constexpr (DPW % 32 == 0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + 8 * half;
+      store_row_quantized(p, o, half, half ? l1 : l0, t, int64_t(kvh) * G + r, DH, warp * DPW,
+                          r < G);
+    }
+  } else {
+    float* staged = reinterpret_cast<float*>(k_rows);  // [G][DH]
+    static_assert(size_t(kRows) * DH * 4 <= size_t(2) * C * P, "the rows fit the K rows");
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + 8 * half;
+      if (r >= G) continue;
+      const float l = half ? l1 : l0, inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+      for (int n = 0; n < DPW / 8; ++n)
+        *reinterpret_cast<float2*>(staged + r * DH + warp * DPW + n * 8 + 2 * tq) =
+            make_float2(o[n][2 * half] * inv, o[n][2 * half + 1] * inv);
+    }
+    __syncthreads();
+    uint8_t* row = quantized_row(p, t);
+    for (int i = warp; i < G * (DH / 32); i += NW) {
+      const int r = i / (DH / 32), b = i % (DH / 32);
+      store_quantized32(row, int(p.heads * DH), int(((int64_t(kvh) * G + r) * DH) / 32) + b,
+                        staged[r * DH + 32 * b + lane]);
+    }
   }
 }
 

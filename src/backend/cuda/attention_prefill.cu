@@ -334,6 +334,8 @@ PrefillAttentionPlan plan_prefill_attention(const int32_t* seq, int64_t n) {
 void attention_prefill(const float* q, const StepLayout& at, const int32_t* tiles, int64_t n_tiles,
                        const PagedAttention& p, float* out, cudaStream_t stream) {
   if (n_tiles <= 0) return;
+  if (p.out_quantized)
+    fail("attention_prefill: quantized output rows (out_quantized) are the decode kernels' only");
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   if (!attention_prefill_supported(p.head_dim, device) || p.kv_heads <= 0 ||

@@ -415,6 +415,10 @@ void attention_prefill_bf16(const float* q, const StepLayout& at, const int32_t*
                             int64_t n_tiles, const PagedAttention& p, float* out,
                             cudaStream_t stream, int split) {
   if (n_tiles <= 0) return;
+  if (p.out_quantized)
+    fail(
+        "attention_prefill_bf16: quantized output rows (out_quantized) are the decode kernels' "
+        "only");
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   if (!split) split = default_split(p.head_dim);

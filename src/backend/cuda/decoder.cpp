@@ -327,6 +327,11 @@ struct Decoder::Impl {
   // Gemma 4 under sandwich steps: the per-layer block fused
   // (ple_fusion_enabled).
   bool fuse_ple = false;
+  // Gemma 4's per-layer block on steps of bf16 GEMMs (twins) and of fused
+  // GEMVs short of the sandwich: its glue rides in the kernels beside it
+  // (per_layer_block) unless TANDEM_CUDA_PLE_TWINS=0 (read when the decoder
+  // is made: for measuring and for the test that compares both).
+  const bool ple_twins = !env_is("TANDEM_CUDA_PLE_TWINS", "0");
   float* hcur = nullptr;
   float* hnext = nullptr;
   // Query tiles of this step for attention_prefill (0: the decode kernel
@@ -359,6 +364,7 @@ struct Decoder::Impl {
   // Activations for max_tokens tokens.
   DeviceBuffer h, h_alt, x, qkv, q, attn, out, gate_up, gate, ple, ple_tmp, ple_gate, xb, twin,
       logits, partial;
+  DeviceBuffer attn_codes;  // the attention output quantized for a 4-bit o GEMV (quantized_o)
   DeviceBuffer halves;   // [2, max_tokens, widest non-head projection] f32: the hi/lo GEMM output
   DeviceBuffer dequant;  // bf16 hi, then lo, rows of an affine matrix for prefill (empty: none)
 
@@ -717,7 +723,8 @@ struct Decoder::Impl {
                 pending.norm != nullptr, fuse);
       if (s.ple_dim > 0) {
         const bool defer = fuse == Fuse::Sandwich && fuse_ple && l + 1 < s.layers;
-        per_layer_block(l, T, scalar, defer);  // applies the layer scalar too
+        // Applies the layer scalar too; may leave the next layer's normed input in x.
+        x_ready = per_layer_block(l, T, scalar, defer, fuse);
         if (defer) pending = Pending{&layers[size_t(l)].ple_out_norm, scalar};
       } else if (scalar != 1.0f) {
         scale_inplace(hcur, T * D, scalar, stream);
@@ -757,6 +764,21 @@ struct Decoder::Impl {
     return enabled && L.gate_up.affine && L.down.affine && L.down.bits == 4 &&
            gemv_path(L.gate_up, T) && gemv_path(L.down, T) &&
            gemv_affine_quantized_out_fits(L.gate_up.view(), T) && L.down.cols == L.gate_up.rows / 2;
+  }
+
+  // Whether this step's attention kernels write the o projection's input
+  // quantized (PagedAttention::out_quantized, into attn_codes) and the o
+  // GEMV reads it as GemvFusion::quantized_in, so it runs without a
+  // quantize kernel before it: 4-bit o weights on the GEMV path, steps of
+  // up to kQuantizedOTokens tokens (decode steps: the prefill kernels do not
+  // quantize), the tensor-core decode kernels (attention_quantizes_out).
+  // TANDEM_CUDA_QUANTIZED_O=0 (read when the decoder is made) turns it off.
+  static constexpr int64_t kQuantizedOTokens = 8;
+  const bool quantized_o_enabled = !env_is("TANDEM_CUDA_QUANTIZED_O", "0");
+  bool quantized_o(const Layer& L, int64_t T, const PagedAttention& p) const {
+    return quantized_o_enabled && L.o.affine && L.o.bits == 4 && T <= kQuantizedOTokens &&
+           attn_codes.bytes() >= size_t(T) * gemv_affine_quantized_row_bytes(L.o.cols) &&
+           gemv_path(L.o, T) && L.o.cols == p.heads * p.head_dim && attention_quantizes_out(p);
   }
 
   // A block output deferred into the next projection (Fuse::Sandwich): out
@@ -939,6 +961,8 @@ struct Decoder::Impl {
     // (fuses_qkv_post).
     const bool prefill_attention = prefill_tiles > 0 && L.prefill_kernel;
     if (!prefill_attention) plan_keys(T);
+    const bool qo = !prefill_attention && !leaves_out("attention") && quantized_o(L, T, p);
+    if (qo) p.out_quantized = attn_codes.as<uint8_t>();
     const bool fuse_post = !prefill_attention && p.chunked && one_token_per_sequence &&
                            !leaves_out("qkv post") && !leaves_out("attention") &&
                            fuses_qkv_post(p, post);
@@ -960,14 +984,16 @@ struct Decoder::Impl {
       attention_paged(qp, T, at, p, attn.as<float>(), stream);
     }
     mark("attention");
+    GemvFusion o_in;  // the attention's quantized rows, when it wrote them
+    if (qo) o_in.quantized_in = p.out_quantized;
     if (fuse == Fuse::Residual) {
-      GemvFusion add;
+      GemvFusion add = o_in;
       add.accumulate = true;
       linear("o proj (+ residual)", L.o, L.o_bias, attn.as<float>(), T, hcur, add);
       return;
     }
     float* op = out.as<float>();
-    linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op, {}, twin_out());
+    linear("o proj", L.o, L.o_bias, attn.as<float>(), T, op, o_in, twin_out());
     if (fuse == Fuse::Sandwich) return;
     if (!leaves_out("residual + norm"))
       residual_norm(hcur, op, ptr(L.attn_out_norm), ptr(L.mlp_in_norm), xp, T, D, s.norm_eps,
@@ -1037,9 +1063,12 @@ struct Decoder::Impl {
     // from the gate/up GEMV, and twin_out is null).
     linear("down proj", L.down, L.down_bias, gate.as<float>(), T, op, down_in, gate_bf16);
     if (defer) return;
+    // Gemma 4 (ple_twin_step): the new h's bf16 copy in the twin, for the
+    // per-layer gate's GEMM (no x comes out here: its block goes between).
+    uint16_t* h_bf16 = !next_norm && ple_twin_step() ? twin_out() : nullptr;
     if (!leaves_out("residual + norm"))
       residual_norm(hp, op, ptr(L.mlp_out_norm), next_norm, next_norm ? xp : nullptr, T, D,
-                    s.norm_eps, stream, 1.f, next_norm ? twin_out() : nullptr);
+                    s.norm_eps, stream, 1.f, next_norm ? twin_out() : nullptr, h_bf16);
     mark("residual + norm");
   }
 
@@ -1048,11 +1077,21 @@ struct Decoder::Impl {
   // defer (fuse_ple, Fuse::Sandwich steps): leave proj's output in `out`
   // for the next layer's q/k/v GEMV, which adds its norm and applies the
   // scalar (Pending).
-  void per_layer_block(int64_t l, int64_t T, float scalar, bool defer) {
+  // Returns whether it left layer l + 1's normed input in x (and its twin):
+  // with ple_twins, on steps whose attention block takes x (Fuse::None and
+  // Fuse::Gate), its residual add also computes that norm, and on twin steps
+  // its GEMMs read bf16 copies that the kernels before them wrote (h's by
+  // the MLP's residual add, the gated activation's by that kernel) instead
+  // of a split_bf16 launch each.
+  bool per_layer_block(int64_t l, int64_t T, float scalar, bool defer, Fuse fuse) {
     const ModelSpec& s = spec;
     Layer& L = layers[size_t(l)];
     const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
-    float *hp = hcur, *gp = ple_gate.as<float>(), *op = out.as<float>();
+    float *hp = hcur, *gp = ple_gate.as<float>(), *op = out.as<float>(), *xp = x.as<float>();
+    const bool twin_inputs = ple_twin_step();
+    // The activation's bf16 copy: in xb, which no GEMM with a twin input
+    // touches (the twin holds h's).
+    uint16_t* gate_bf16 = twin_inputs ? xb.as<uint16_t>() : nullptr;
     if (fuse_ple && gemv_path(L.ple_gate, T)) {
       // The activation times the per-layer input in the GEMV's epilogue.
       GemvFusion f;
@@ -1061,24 +1100,35 @@ struct Decoder::Impl {
       f.times_act = s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh;
       linear("ple gate (+ activation)", L.ple_gate, DeviceBuffer(), hp, T, gp, f);
     } else {
-      linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp);
+      linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp, {},
+             twin_inputs ? twin_out() : nullptr);
       // The block's kernels go with it under leave_out("ple") (benchmarks).
       if (leaves_out("ple activation")) {
         // skipped (leave_out)
       } else if (s.activation == Activation::SiLU) {
-        silu_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+        silu_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream, gate_bf16);
       } else {
-        gelu_tanh_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream);
+        gelu_tanh_mul_strided(gp, ple.as<float>() + l * P, LP, T, P, stream, gate_bf16);
       }
       mark("ple activation");
     }
-    linear("ple proj", L.ple_proj, DeviceBuffer(), gp, T, op);
-    if (defer) return;
+    linear("ple proj", L.ple_proj, DeviceBuffer(), gp, T, op, {}, gate_bf16);
+    if (defer) return false;
+    const bool norm_next = ple_twins && l + 1 < s.layers &&
+                           (fuse == Fuse::None || fuse == Fuse::Gate) &&
+                           !leaves_out("ple norm + add");
     if (!leaves_out("ple norm + add"))
-      residual_norm(hp, op, ptr(L.ple_out_norm), nullptr, nullptr, T, D, s.norm_eps, stream,
-                    scalar);
+      residual_norm(hp, op, ptr(L.ple_out_norm),
+                    norm_next ? ptr(layers[size_t(l + 1)].attn_in_norm) : nullptr,
+                    norm_next ? xp : nullptr, T, D, s.norm_eps, stream, scalar,
+                    norm_next ? twin_out() : nullptr);
     mark(scalar != 1.0f ? "ple norm + add, layer scalar" : "ple norm + add");
+    return norm_next;
   }
+
+  // Whether this step's per-layer block reads bf16 twins (ple_twins): a
+  // Gemma 4 step of bf16 GEMMs.
+  bool ple_twin_step() const { return ple_twins && twins && spec.ple_dim > 0; }
 
   cudaGraphExec_t capture_decode(int64_t B) {
     cudaGraph_t graph = nullptr;
@@ -1278,6 +1328,11 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   m.qkv = DeviceBuffer(T * size_t(max_qkv) * 4);
   m.q = DeviceBuffer(T * size_t(max_q) * 4);
   m.attn = DeviceBuffer(T * size_t(max_q) * 4);
+  bool o_4bit = false;
+  for (const Layer& L : m.layers) o_4bit = o_4bit || (L.o.affine && L.o.bits == 4);
+  if (o_4bit)
+    m.attn_codes = DeviceBuffer(std::min<size_t>(T, Impl::kQuantizedOTokens) *
+                                gemv_affine_quantized_row_bytes(max_q));
   m.gate_up = DeviceBuffer(T * size_t(2 * max_f) * 4);
   m.gate = DeviceBuffer(T * size_t(max_f) * 4);
   if (LP > 0) {

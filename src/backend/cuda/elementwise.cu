@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kRowThreads)
     residual_norm_regs_kernel(float* __restrict__ h, const float* delta,
                               const float* __restrict__ delta_w, const float* __restrict__ next_w,
                               float* __restrict__ x, int64_t dim, float eps, float h_scale,
-                              uint16_t* __restrict__ x_bf16) {
+                              uint16_t* __restrict__ x_bf16, uint16_t* __restrict__ h_bf16) {
   pdl_launch_dependents();
   float dwv[PER], nwv[PER];
 #pragma unroll
@@ -237,6 +237,7 @@ __global__ void __launch_bounds__(kRowThreads)
     if (k >= dim) break;
     hv[i] = (hv[i] + (delta_w ? dv[i] * r * dwv[i] : dv[i])) * h_scale;
     hr[k] = hv[i];
+    if (h_bf16) h_bf16[int64_t(blockIdx.x) * dim + k] = uint16_t(bf16_bits(hv[i]));
     ss += hv[i] * hv[i];
   }
   if (!x) return;
@@ -257,7 +258,7 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* delta,
                                      const float* __restrict__ delta_w,
                                      const float* __restrict__ next_w, float* __restrict__ x,
                                      int64_t dim, float eps, float h_scale,
-                                     uint16_t* __restrict__ x_bf16) {
+                                     uint16_t* __restrict__ x_bf16, uint16_t* __restrict__ h_bf16) {
   pdl_launch_dependents();
   pdl_wait();
   __shared__ float partial[kThreads / 32];
@@ -273,6 +274,7 @@ __global__ void residual_norm_kernel(float* __restrict__ h, const float* delta,
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
     const float v = (hr[i] + (delta_w ? dr[i] * r * delta_w[i] : dr[i])) * h_scale;
     hr[i] = v;
+    if (h_bf16) h_bf16[int64_t(blockIdx.x) * dim + i] = uint16_t(bf16_bits(v));
     ss += v * v;
   }
   if (!x) return;
@@ -393,13 +395,13 @@ void add_then_scale(float* y, const float* x, int64_t n, float s, cudaStream_t s
 }
 
 void gelu_tanh_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows,
-                           int64_t dim, cudaStream_t stream) {
-  gated<1>(gate, dim, up, up_stride, gate, dim, rows, dim, stream);
+                           int64_t dim, cudaStream_t stream, uint16_t* gate_bf16) {
+  gated<1>(gate, dim, up, up_stride, gate, dim, rows, dim, stream, gate_bf16);
 }
 
 void silu_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows, int64_t dim,
-                      cudaStream_t stream) {
-  gated<0>(gate, dim, up, up_stride, gate, dim, rows, dim, stream);
+                      cudaStream_t stream, uint16_t* gate_bf16) {
+  gated<0>(gate, dim, up, up_stride, gate, dim, rows, dim, stream, gate_bf16);
 }
 
 void split_bf16(const float* src, int64_t n, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
@@ -410,28 +412,26 @@ void split_bf16(const float* src, int64_t n, uint16_t* hi, uint16_t* lo, cudaStr
 
 void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
                    float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream, float h_scale,
-                   uint16_t* x_bf16) {
+                   uint16_t* x_bf16, uint16_t* h_bf16) {
   if (n <= 0) return;
   const int64_t per = (dim + kRowThreads - 1) / kRowThreads;
   const unsigned rows = unsigned(n);
+  const auto go = [&](auto kernel, int threads) {
+    launch(kernel, rows, threads, 0, stream, h, delta, delta_w, next_w, x, dim, eps, h_scale,
+           x_bf16, h_bf16);
+  };
   if (per <= 2)
-    launch(residual_norm_regs_kernel<2>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps, h_scale, x_bf16);
+    go(residual_norm_regs_kernel<2>, kRowThreads);
   else if (per <= 3)  // the Gemmas' 1,152 and 1,536
-    launch(residual_norm_regs_kernel<3>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps, h_scale, x_bf16);
+    go(residual_norm_regs_kernel<3>, kRowThreads);
   else if (per <= 4)
-    launch(residual_norm_regs_kernel<4>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps, h_scale, x_bf16);
+    go(residual_norm_regs_kernel<4>, kRowThreads);
   else if (per <= 8)
-    launch(residual_norm_regs_kernel<8>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w, x,
-           dim, eps, h_scale, x_bf16);
+    go(residual_norm_regs_kernel<8>, kRowThreads);
   else if (per <= 16)
-    launch(residual_norm_regs_kernel<16>, rows, kRowThreads, 0, stream, h, delta, delta_w, next_w,
-           x, dim, eps, h_scale, x_bf16);
+    go(residual_norm_regs_kernel<16>, kRowThreads);
   else
-    launch(residual_norm_kernel, rows, kThreads, 0, stream, h, delta, delta_w, next_w, x, dim, eps,
-           h_scale, x_bf16);
+    go(residual_norm_kernel, kThreads);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -539,6 +539,10 @@ size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols) {
   return std::max(rows, affine::MmaActs::bytes(int(cols), mma_tokens(n)));  // gemm_affine_int8's
 }
 
+size_t gemv_affine_quantized_row_bytes(int64_t cols) {
+  return Acts<4>::row_bytes(int(cols));
+}
+
 bool gemv_affine_pre_add_fits(int64_t cols) {
   return cols % 4 == 0 && cols <= kPreAddMaxCols;
 }

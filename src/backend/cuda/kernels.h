@@ -173,11 +173,13 @@ void scatter_rows(const float* src, const int32_t* idx, int64_t n, int64_t dim, 
 // y[i] = (y[i] + x[i]) · s
 void add_then_scale(float* y, const float* x, int64_t n, float s, cudaStream_t stream);
 // gate[r, i] = act(gate[r, i]) · up[r · up_stride + i] for r < rows, i < dim
-// (Gemma 4's per-layer gate over its slice of the per-layer inputs).
+// (Gemma 4's per-layer gate over its slice of the per-layer inputs); and,
+// when gate_bf16 is set, the same values rounded to bf16 there ([rows,
+// dim]: the per-layer projection's GEMM input, as rmsnorm's y_bf16).
 void gelu_tanh_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows,
-                           int64_t dim, cudaStream_t stream);
+                           int64_t dim, cudaStream_t stream, uint16_t* gate_bf16 = nullptr);
 void silu_mul_strided(float* gate, const float* up, int64_t up_stride, int64_t rows, int64_t dim,
-                      cudaStream_t stream);
+                      cudaStream_t stream, uint16_t* gate_bf16 = nullptr);
 // dst[i] = src[i] + src[half + i], i < half: the two halves of a GEMM over
 // stacked hi/lo operands.
 void add_halves(const float* src, int64_t half, float* dst, cudaStream_t stream);
@@ -258,6 +260,13 @@ struct PagedAttention {
   // under bf16 GEMM inputs, so it needs no split_bf16 launch (the decoder's
   // bf16 twin).
   uint16_t* out_bf16 = nullptr;
+  // When set, every kernel that writes a final output value (the tensor-core
+  // decode kernels and the split combine: attention_quantizes_out) also
+  // writes token t's output row as a 4-bit GEMV's quantized activations, at
+  // out_quantized + t · gemv_affine_quantized_row_bytes(heads · head_dim):
+  // the o projection's input (GemvFusion::quantized_in), so it needs no
+  // quantize launch (attention_quant.h; the decoder's quantized_o).
+  uint8_t* out_quantized = nullptr;
 };
 // q, out: [n, heads·head_dim]. Two kernels keep this contract: one on
 // tensor cores (attention_decode_mma: bf16 rows, up to 16 query heads per kv
@@ -279,6 +288,11 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
 // Whether attention_paged can take the tensor-core kernel for `p` (and
 // TANDEM_CUDA_DECODE_MMA is not 0). Its launch, without the split combine:
 bool attention_decode_mma_supported(const PagedAttention& p);
+// Whether attention_paged's decode kernels fill PagedAttention::out_quantized
+// for p: the tensor-core kernels, head dims a multiple of 32 (a quantized
+// block of 32 columns inside one head). Elsewhere (the CUDA-core kernel,
+// the prefill kernels) setting it is an error.
+bool attention_quantizes_out(const PagedAttention& p);
 // The most warps a block of that kernel splits its keys over for p's head
 // dim (8 at dims 64 and 256, 4 at 128, else 1: attention_decode.cu says
 // why), and the keys of the tile its warps copy and compute at a time.
@@ -393,10 +407,12 @@ void attention_decode_chunked(const float* q, int64_t n, const StepLayout& at,
 // h_scale (d = delta[t], or rmsnorm(delta[t]) · delta_w when delta_w is set:
 // Gemma's post-norms; h_scale: Gemma 4's layer scalar, 1 elsewhere), then
 // x[t] = rmsnorm(h[t]) · next_w (null: no weight) when x is set (the next
-// block's input norm). Rows of `dim`, t < n.
+// block's input norm). Rows of `dim`, t < n. x_bf16: x rounded to bf16
+// (rmsnorm's y_bf16); h_bf16: the new h rounded to bf16 (the input of a GEMM
+// that reads the stream itself: Gemma 4's per-layer gate).
 void residual_norm(float* h, const float* delta, const float* delta_w, const float* next_w,
                    float* x, int64_t n, int64_t dim, float eps, cudaStream_t stream,
-                   float h_scale = 1.f, uint16_t* x_bf16 = nullptr);
+                   float h_scale = 1.f, uint16_t* x_bf16 = nullptr, uint16_t* h_bf16 = nullptr);
 
 // out[t, i] = act(gu[t, i]) · gu[t, F + i] for t < n, i < F: the gated MLP
 // activation over the fused gate/up projection [n, 2F].
@@ -461,6 +477,10 @@ struct AffineMatrix {
 void gemv_affine(const AffineMatrix& w, const float* x, int64_t n, float* y, cudaStream_t stream,
                  const GemvFusion& fusion = {}, void* scratch = nullptr, size_t scratch_bytes = 0);
 size_t gemv_affine_scratch_bytes(int bits, int64_t n, int64_t cols);
+// The bytes of one row of quantized activations of `cols` columns as a
+// 4-bit gemv_affine reads them (GemvFusion::quantized_in: rows this far
+// apart), a multiple of 16.
+size_t gemv_affine_quantized_row_bytes(int64_t cols);
 // Whether gemv_affine takes GemvFusion::pre_add over rows of `cols` (a
 // multiple of 4, at most 12,288: the quantize kernel keeps the row in
 // registers).

@@ -13,6 +13,13 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Max over the warp of v; every lane gets it.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Sum over the block (Threads threads, a multiple of 32) of v; every thread
 // gets it. `partial` is shared memory of Threads / 32 floats.
 template <int Threads>
