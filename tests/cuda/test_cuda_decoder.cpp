@@ -555,14 +555,17 @@ TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
 // (TANDEM_CUDA_PLE_TWINS, the default: the MLP's residual add writes h's
 // bf16 copy for the per-layer gate's GEMM, the gated activation its own for
 // the projection's, and the block's residual add computes the next layer's
-// input norm) against the separate launches (=0), on both Gemma 4 fixtures
-// under the serving numerics: steps of 256 (bf16 GEMMs, where the twins are
-// read) and of 4 (fused GEMVs, where only the norm moves). The bf16 copies
+// input norm; on skinny-GEMM steps the gate GEMM also applies the activation
+// and the per-layer input's product in its epilogue, TANDEM_CUDA_PLE_GATE_TIMES)
+// against the separate launches (=0), on both Gemma 4 fixtures under the
+// serving numerics: steps of 256 and 16 (bf16 GEMMs, where the twins are
+// read; 16 on the skinny GEMM) and of 4 (fused GEMVs, where only the norm
+// moves). The bf16 copies
 // round as split_bf16 does, so only the norm's summation order may differ:
 // within 0.05 x std (a K or V row rounded to the other bf16 neighbour moves
 // these tiny random models' logits by up to a few 1e-2). Measured on the
-// H200: 0 on all four (the fixtures' rows are narrower than a thread block,
-// so both norms add in the same order).
+// H200 (steps of 4 and 256): 0 on all four (the fixtures' rows are narrower
+// than a thread block, so both norms add in the same order).
 TEST(CudaDecoderPle, FoldedGlueMatchesTheSeparateLaunches) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
@@ -572,7 +575,7 @@ TEST(CudaDecoderPle, FoldedGlueMatchesTheSeparateLaunches) {
     std::ifstream f(dir + "/reference.json");
     const std::vector<int32_t> prompt =
         nlohmann::json::parse(f)["prompt"].get<std::vector<int32_t>>();
-    for (const int64_t step_tokens : {int64_t(4), int64_t(256)}) {
+    for (const int64_t step_tokens : {int64_t(4), int64_t(16), int64_t(256)}) {
       auto run = [&](const char* twins) {
         const ScopedEnv env("TANDEM_CUDA_PLE_TWINS", twins);
         return gpu_serving_logits(*model, prompt, step_tokens);

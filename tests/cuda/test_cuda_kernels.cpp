@@ -231,6 +231,74 @@ TEST_F(CudaKernels, SkinnyGemmGatedMatchesDoubleSums) {
                Error);
 }
 
+// The plain product with Gemma 4's per-layer gate in the epilogue
+// (skinny_gemm_times_bf16): act(w_r · x_t) · times[t, r] against double
+// sums, the multipliers read from rows wider than the matrix's (the
+// per-layer inputs' stride), partial 16-row groups and tiles, every block
+// layout; the bf16 copy is the f32 output rounded to nearest even.
+TEST_F(CudaKernels, SkinnyGemmTimesMatchesDoubleSums) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (Shape s : {Shape{256, 1536}, Shape{37, 1152}, Shape{16, 80}})
+    for (cuda::GemvGate act : {cuda::GemvGate::SiLU, cuda::GemvGate::GeluTanh})
+      for (int64_t n : {1, 9, 32}) {
+        const int64_t stride = 3 * s.rows + 5;
+        const auto w16 = to_bf16(random_floats(size_t(s.rows * s.cols), 45, 0.05f));
+        const auto x16 = to_bf16(random_floats(size_t(n * s.cols), 46, 2.f));
+        const auto times = random_floats(size_t(n * stride), 47, 1.f);
+        auto dw = upload(w16);
+        auto dx = upload(x16);
+        auto dt = upload(times);
+        for (auto [groups, splits] : kSkinnyLayouts) {
+          if (splits > 1 && !cuda::clusters_supported()) continue;
+          cuda::DeviceBuffer dy(size_t(n * s.rows) * sizeof(float)), dyb(size_t(n * s.rows) * 2);
+          // The multipliers at an offset into their rows, as a layer's slice.
+          cuda::skinny_gemm_times_bf16(dw.as<uint16_t>(), s.rows, s.cols, dx.as<uint16_t>(), n, act,
+                                       dt.as<float>() + s.rows, stride, dy.as<float>(),
+                                       dyb.as<uint16_t>(), nullptr, groups, splits);
+          const auto got = download<float>(dy, size_t(n * s.rows));
+          const auto got16 = download<uint16_t>(dyb, size_t(n * s.rows));
+          const auto rounded = to_bf16(got);
+          size_t bad = 0;
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t r = 0; r < s.rows; ++r) {
+              double g = 0, mag = 0;
+              for (int64_t c = 0; c < s.cols; ++c) {
+                const double p = double(bf16_to_f32(w16[size_t(r * s.cols + c)])) *
+                                 double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
+                g += p;
+                mag += std::fabs(p);
+              }
+              const double a =
+                  act == cuda::GemvGate::SiLU
+                      ? g / (1 + std::exp(-g))
+                      : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+              const double m = times[size_t(t * stride + s.rows + r)], want = a * m;
+              const double tol = 1e-5 * 1.2 * mag * std::fabs(m) + 1e-6;
+              const size_t at = size_t(t * s.rows + r);
+              if (!(std::fabs(got[at] - want) <= tol) && bad++ < 3)
+                ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " [" << t << ", " << r
+                              << "] gpu " << got[at] << " want " << want;
+              if (got16[at] != rounded[at] && bad++ < 3)
+                ADD_FAILURE() << "bf16 copy at [" << t << ", " << r
+                              << "] is not the rounded output";
+            }
+          EXPECT_EQ(bad, 0u) << s.rows << "x" << s.cols << " n=" << n << " groups=" << groups
+                             << " splits=" << splits;
+        }
+      }
+  cuda::DeviceBuffer w(64 * 64 * 2), x(64 * 2), y(64 * 4), t(64 * 4);
+  EXPECT_THROW(cuda::skinny_gemm_times_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1,
+                                            cuda::GemvGate::None, t.as<float>(), 64, y.as<float>(),
+                                            nullptr, nullptr),
+               Error);  // no activation
+  EXPECT_THROW(cuda::skinny_gemm_times_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1,
+                                            cuda::GemvGate::SiLU, t.as<float>(), 63, y.as<float>(),
+                                            nullptr, nullptr),
+               Error);  // multiplier rows narrower than the matrix's
+}
+
 // The current device's launch limits are its own launch_limits, and a
 // usable device has SMs and opt-in shared memory of at least 48 KiB;
 // clusters are reported exactly on sm_90 and newer.

@@ -1092,7 +1092,19 @@ struct Decoder::Impl {
     // The activation's bf16 copy: in xb, which no GEMM with a twin input
     // touches (the twin holds h's).
     uint16_t* gate_bf16 = twin_inputs ? xb.as<uint16_t>() : nullptr;
-    if (fuse_ple && gemv_path(L.ple_gate, T)) {
+    const uint16_t* h_bf16 = twin_inputs ? twin_out() : nullptr;
+    if (ple_gate_times(L, T, h_bf16)) {
+      // The activation times the per-layer input in the skinny GEMM's epilogue.
+      if (!leaves_out("ple gate (+ activation)")) {
+        const SkinnyLayout blocks = skinny_layout(P, false, T, L.ple_gate.cols);
+        skinny_gemm_times_bf16(
+            L.ple_gate.buf.as<uint16_t>(), P, L.ple_gate.cols, h_bf16, T,
+            s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh,
+            ple.as<float>() + l * P, LP, gp, gate_bf16, stream, blocks.row_groups,
+            blocks.col_splits);
+      }
+      mark("ple gate (+ activation)", L.ple_gate.bytes());
+    } else if (fuse_ple && gemv_path(L.ple_gate, T)) {
       // The activation times the per-layer input in the GEMV's epilogue.
       GemvFusion f;
       f.times = ple.as<float>() + l * P;
@@ -1100,8 +1112,7 @@ struct Decoder::Impl {
       f.times_act = s.activation == Activation::SiLU ? GemvGate::SiLU : GemvGate::GeluTanh;
       linear("ple gate (+ activation)", L.ple_gate, DeviceBuffer(), hp, T, gp, f);
     } else {
-      linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp, {},
-             twin_inputs ? twin_out() : nullptr);
+      linear("ple gate", L.ple_gate, DeviceBuffer(), hp, T, gp, {}, h_bf16);
       // The block's kernels go with it under leave_out("ple") (benchmarks).
       if (leaves_out("ple activation")) {
         // skipped (leave_out)
@@ -1129,6 +1140,18 @@ struct Decoder::Impl {
   // Whether this step's per-layer block reads bf16 twins (ple_twins): a
   // Gemma 4 step of bf16 GEMMs.
   bool ple_twin_step() const { return ple_twins && twins && spec.ple_dim > 0; }
+
+  // Whether the per-layer gate of layer L runs as the skinny GEMM with its
+  // activation and the per-layer input's product in the epilogue
+  // (skinny_gemm_times_bf16) on this twin step, h_bf16 being h's twin:
+  // bf16 weights without the GEMV path, where the skinny GEMM takes them,
+  // unless TANDEM_CUDA_PLE_GATE_TIMES=0 (read when the decoder is made).
+  const bool ple_gate_times_enabled = !env_is("TANDEM_CUDA_PLE_GATE_TIMES", "0");
+  bool ple_gate_times(const Layer& L, int64_t T, const uint16_t* h_bf16) const {
+    return ple_gate_times_enabled && h_bf16 && !L.ple_gate.affine &&
+           L.ple_gate.dtype == DType::BF16 && !gemv_path(L.ple_gate, T) &&
+           takes_skinny(L.ple_gate.buf.as<uint16_t>(), L.ple_gate.rows, L.ple_gate.cols, h_bf16, T);
+  }
 
   cudaGraphExec_t capture_decode(int64_t B) {
     cudaGraph_t graph = nullptr;

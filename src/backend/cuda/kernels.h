@@ -135,7 +135,17 @@ void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const ui
                             int64_t n, GemvGate act, float* y, uint16_t* y_bf16,
                             cudaStream_t stream, int row_groups = 1, int col_splits = 1);
 
-// The same over f32 weights (W: [rows, cols] f32).
+// The plain product with Gemma 4's per-layer gate in the epilogue:
+// y[t, r] = act(w_r · x_t) · times[t · times_stride + r] ([n, m] f32; act
+// SiLU or GeluTanh, times_stride ≥ m), and when y_bf16 is set the same
+// values rounded to bf16 there ([n, m]: the next GEMM's input). Where
+// skinny_gemm_fits(w, m, cols, x, n).
+void skinny_gemm_times_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x,
+                            int64_t n, GemvGate act, const float* times, int64_t times_stride,
+                            float* y, uint16_t* y_bf16, cudaStream_t stream, int row_groups = 1,
+                            int col_splits = 1);
+
+// gemv_bf16 over f32 weights (W: [rows, cols] f32).
 void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
               cudaStream_t stream, const GemvFusion& fusion = {});
 

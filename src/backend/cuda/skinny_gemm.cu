@@ -38,7 +38,10 @@
 // Gated (skinny_gemm_gated_bf16): a block's 16 rows are 8 gate rows and the
 // 8 up rows that pair with them (F rows further), so the mma's row g and
 // row g + 8 meet in one lane and the epilogue writes act(gate) · up — the
-// gated MLP's activation without a kernel of its own.
+// gated MLP's activation without a kernel of its own. Times
+// (skinny_gemm_times_bf16): the plain product's epilogue writes act(y) ·
+// times[t, r] instead — Gemma 4's per-layer gate, whose activation
+// multiplies the token's per-layer input.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -96,7 +99,9 @@ __device__ __forceinline__ Cols16 load_acts(const uint16_t* p, bool valid) {
 
 // TILES: 8-token mma tiles (tokens 8t + g of tile t), up to 4. GATED: m
 // outputs from 2m rows (gate rows, then up rows), act() applied, also
-// written rounded to bf16 to y_bf16 when set (same layout as y).
+// written rounded to bf16 to y_bf16 when set (same layout as y). Not GATED,
+// with `times`: act(sum) · times[token · times_stride + row] (and its bf16
+// copy likewise).
 // RG: row groups a block takes (16 weight rows, or 8 gate/up pairs, each),
 // its warps in RG teams of kWarps / RG that split the columns. Teams read
 // the same activation columns at the same steps, so all but the first can
@@ -107,7 +112,8 @@ __device__ __forceinline__ Cols16 load_acts(const uint16_t* p, bool valid) {
 template <int TILES, bool GATED, int RG>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_gemm_kernel(const uint16_t* __restrict__ W, int m, int cols, const uint16_t* x, int n,
-                       float* y, int64_t ldy, GemvGate act, uint16_t* y_bf16, int splits) {
+                       float* y, int64_t ldy, GemvGate act, uint16_t* y_bf16, const float* times,
+                       int64_t times_stride, int splits) {
   constexpr int KW = kWarps / RG;  // warps of a team
   __shared__ float partial[kWarps][TILES][32][4];
   pdl_launch_dependents();
@@ -226,7 +232,15 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int t = et / 128, l = (et / 4) % 32, i = et % 4;
       const int row = (unit_block * RG + tm) * 16 + l / 4 + 8 * (i / 2),
                 token = 8 * t + 2 * (l % 4) + i % 2;
-      if (row < m && token < n) y[size_t(token) * size_t(ldy) + size_t(row)] = summed(tm, t, l, i);
+      if (row >= m || token >= n) continue;
+      const size_t at = size_t(token) * size_t(ldy) + size_t(row);
+      float v = summed(tm, t, l, i);
+      if (times) {
+        v = (act == GemvGate::SiLU ? silu(v) : gelu_tanh(v)) *
+            times[size_t(token) * size_t(times_stride) + size_t(row)];
+        if (y_bf16) y_bf16[at] = uint16_t(bf16_bits(v));
+      }
+      y[at] = v;
     }
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -310,7 +324,23 @@ void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
   check_row_groups("skinny_gemm_bf16", row_groups, col_splits);
   launch_groups<false>(n, skinny_units(m, false), row_groups, col_splits, stream, w, int(m),
                        int(cols), x, int(n), y, ldy, GemvGate::None,
-                       static_cast<uint16_t*>(nullptr));
+                       static_cast<uint16_t*>(nullptr), static_cast<const float*>(nullptr),
+                       int64_t(0));
+}
+
+void skinny_gemm_times_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x,
+                            int64_t n, GemvGate act, const float* times, int64_t times_stride,
+                            float* y, uint16_t* y_bf16, cudaStream_t stream, int row_groups,
+                            int col_splits) {
+  if (act == GemvGate::None || !times || times_stride < m || !skinny_gemm_fits(w, m, cols, x, n))
+    fail(
+        "skinny_gemm_times_bf16: %lld tokens x %lld columns, %lld rows, times stride %lld (an "
+        "activation and its multiplier rows of at least the rows, 16-byte aligned operands, "
+        "columns a multiple of 16, at most %d tokens)",
+        (long long)n, (long long)cols, (long long)m, (long long)times_stride, kSkinnyGemmMaxTokens);
+  check_row_groups("skinny_gemm_times_bf16", row_groups, col_splits);
+  launch_groups<false>(n, skinny_units(m, false), row_groups, col_splits, stream, w, int(m),
+                       int(cols), x, int(n), y, m, act, y_bf16, times, times_stride);
 }
 
 void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const uint16_t* x,
@@ -323,7 +353,8 @@ void skinny_gemm_gated_bf16(const uint16_t* w, int64_t F, int64_t cols, const ui
         (long long)n, (long long)cols, (long long)F, kSkinnyGemmMaxTokens);
   check_row_groups("skinny_gemm_gated_bf16", row_groups, col_splits);
   launch_groups<true>(n, skinny_units(2 * F, true), row_groups, col_splits, stream, w, int(F),
-                      int(cols), x, int(n), y, int64_t(F), act, y_bf16);
+                      int(cols), x, int(n), y, int64_t(F), act, y_bf16,
+                      static_cast<const float*>(nullptr), int64_t(0));
 }
 
 }  // namespace tandem::cuda
