@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/kernels.h"  // GemvGate
+
 namespace tandem::cuda {
 
 __device__ __forceinline__ float silu(float v) {
@@ -13,6 +15,12 @@ __device__ __forceinline__ float silu(float v) {
 __device__ __forceinline__ float gelu_tanh(float v) {
   const float k = 0.7978845608028654f;  // sqrt(2/pi)
   return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v)));
+}
+
+// act(gate) · up for a gate chosen at run time (SiLU or GeluTanh): the
+// gated outputs of the GEMV and skinny GEMM epilogues.
+__device__ __forceinline__ float gate_value(GemvGate g, float gate, float up) {
+  return (g == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
 }
 
 }  // namespace tandem::cuda

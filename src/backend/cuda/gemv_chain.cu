@@ -134,7 +134,7 @@ __device__ void run_virtual_block(const Phase& p, int vb, bool loaded, uint4 (&v
     for (int k = 0; k < p.split; ++k) acc[0] += parts[warp + k][0], acc[1] += parts[warp + k][1];
   }
   if (lane != 0 || !t.valid) return;
-  p.y[t.out] = gated ? gemv::gate_value(GemvGate(p.gate), acc[0], acc[1]) : acc[0];
+  p.y[t.out] = gated ? gate_value(GemvGate(p.gate), acc[0], acc[1]) : acc[0];
 }
 
 __global__ void __launch_bounds__(kWarps * 32, 2)

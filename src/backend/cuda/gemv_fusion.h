@@ -86,10 +86,6 @@ __device__ __forceinline__ float dot8(const float (&w)[8], float4 a, float4 b) {
          w[7] * b.w;
 }
 
-__device__ __forceinline__ float gate_value(GemvGate g, float gate, float up) {
-  return (g == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
-}
-
 // Output r of batch row t of a gated warp: act(gate) · up, each with its
 // bias, from the reduced sums of the gate row (acc[r]) and its up row
 // (acc[r + kOutputs]).

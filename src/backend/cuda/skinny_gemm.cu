@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int row = (unit_block * RG + tm) * 8 + l / 4, token = 8 * t + 2 * (l % 4) + p;
       if (row >= m || token >= n) continue;
       const float gate = summed(tm, t, l, p), up = summed(tm, t, l, p + 2);
-      const float v = (act == GemvGate::SiLU ? silu(gate) : gelu_tanh(gate)) * up;
+      const float v = gate_value(act, gate, up);
       const size_t at = size_t(token) * size_t(ldy) + size_t(row);
       y[at] = v;
       if (y_bf16) y_bf16[at] = uint16_t(bf16_bits(v));
@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const size_t at = size_t(token) * size_t(ldy) + size_t(row);
       float v = summed(tm, t, l, i);
       if (times) {
-        v = (act == GemvGate::SiLU ? silu(v) : gelu_tanh(v)) *
-            times[size_t(token) * size_t(times_stride) + size_t(row)];
+        v = gate_value(act, v, times[size_t(token) * size_t(times_stride) + size_t(row)]);
         if (y_bf16) y_bf16[at] = uint16_t(bf16_bits(v));
       }
       y[at] = v;
