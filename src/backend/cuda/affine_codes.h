@@ -35,6 +35,20 @@ __device__ __forceinline__ void unpack_word(uint32_t word, float (&q)[32 / BITS]
   }
 }
 
+// The int8 rule for a block of 32 activations whose largest magnitude is
+// amax: each value's code is x · inverse_scale rounded to nearest even, and
+// the block's scale d = amax / 127 (gemv_affine's quantize kernel, and the
+// attention kernels that write the o projection's input: the same bits).
+__device__ __forceinline__ float int8_inverse_scale(float amax) {
+  return amax > 0.f ? 127.0f / amax : 0.f;
+}
+__device__ __forceinline__ int int8_code(float x, float inverse_scale) {
+  return __float2int_rn(x * inverse_scale);
+}
+__device__ __forceinline__ float int8_scale(float amax) {
+  return amax / 127.0f;
+}
+
 // A thread's 16-byte vector of codes: 4 words, kVecCols columns (32 at 4
 // bits, 16 at 8), always inside one group (groups are multiples of 32).
 template <int BITS>

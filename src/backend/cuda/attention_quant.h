@@ -34,7 +34,7 @@ __device__ __forceinline__ size_t acts4_byte(int vecs, int blk, int c) {
 
 __device__ __forceinline__ void store_block_meta(uint8_t* row, int cols, int blk, float amax,
                                                  int sum) {
-  const float d = amax / 127.0f;
+  const float d = affine::int8_scale(amax);
   reinterpret_cast<float2*>(row + affine::Acts<4>::meta_at(cols))[blk] =
       make_float2(d, float(sum) * d);
 }
@@ -44,8 +44,7 @@ __device__ __forceinline__ void store_block_meta(uint8_t* row, int cols, int blk
 __device__ __forceinline__ void store_quantized32(uint8_t* row, int cols, int blk, float v) {
   const int lane = int(threadIdx.x % 32);
   const float amax = warp_max(fabsf(v));
-  const float id = amax > 0.f ? 127.0f / amax : 0.f;
-  const int q = __float2int_rn(v * id);
+  const int q = affine::int8_code(v, affine::int8_inverse_scale(amax));
   int sum = q;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -72,13 +71,13 @@ __device__ __forceinline__ void store_quantized_fragment(uint8_t* row, int cols,
       amax = fmaxf(amax, fmaxf(fabsf(v[4 * b + k][0]), fabsf(v[4 * b + k][1])));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    const float id = amax > 0.f ? 127.0f / amax : 0.f;
+    const float id = affine::int8_inverse_scale(amax);
     int q[4][2], sum = 0;
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        q[k][e] = __float2int_rn(v[4 * b + k][e] * id);
+        q[k][e] = affine::int8_code(v[4 * b + k][e], id);
         sum += q[k][e];
       }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);

@@ -89,11 +89,11 @@ __device__ __forceinline__ QuantizedBlock quantize_block(float4 a) {
   float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w)));
 #pragma unroll
   for (int m = 1; m < 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-  const float id = amax > 0.f ? 127.0f / amax : 0.f;
+  const float id = affine::int8_inverse_scale(amax);
   QuantizedBlock b;
-  b.d = amax / 127.0f;
-  b.q[0] = __float2int_rn(a.x * id), b.q[1] = __float2int_rn(a.y * id);
-  b.q[2] = __float2int_rn(a.z * id), b.q[3] = __float2int_rn(a.w * id);
+  b.d = affine::int8_scale(amax);
+  b.q[0] = affine::int8_code(a.x, id), b.q[1] = affine::int8_code(a.y, id);
+  b.q[2] = affine::int8_code(a.z, id), b.q[3] = affine::int8_code(a.w, id);
   b.sum = b.q[0] + b.q[1] + b.q[2] + b.q[3];
 #pragma unroll
   for (int m = 1; m < Acts<BITS>::kVecCols / 4; m <<= 1)
