@@ -503,6 +503,19 @@ std::vector<float> gpu_serving_logits(const Model& model, const std::vector<int3
   return got;
 }
 
+// The CUDA decoder's logits at every position of `ids`, fed one token per
+// step (graph replays) with bf16 KV rows and hi/lo GEMM inputs; the decoder
+// reads its environment switches as it is made.
+std::vector<float> gpu_one_token_logits(const Model& model, const std::vector<int32_t>& ids) {
+  const int64_t n = int64_t(ids.size());
+  KvPool kv_pool = single_sequence_pool(model.spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
+  cuda::Decoder gpu(model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
+  SequenceKv kv;
+  std::vector<float> got(size_t(n * model.spec.vocab));
+  run_sequence(gpu, ids.data(), n, kv, got.data(), true);
+  return got;
+}
+
 struct WideShape {
   const char* config;
   int64_t head_dim;
@@ -528,18 +541,12 @@ TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
     const Model& model = *m.model;
     ASSERT_EQ(model.spec.layer[0].head_dim, shape.head_dim) << shape.config;
     const std::vector<int32_t> ids = wide_heads_prompt();
-    const int64_t n = int64_t(ids.size());
     const std::vector<float> want = cpu_bf16_rows(model, ids, 0).first;
     // qkv post inside the chunked kernel and as its own kernel, whichever
     // the decoder's rule picks at this shape.
     for (const bool fused : {true, false}) {
       setenv("TANDEM_CUDA_FUSE_QKV_POST", fused ? "1" : "0", 1);
-      KvPool kv_pool =
-          single_sequence_pool(model.spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
-      cuda::Decoder gpu(model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
-      SequenceKv kv;
-      std::vector<float> got(size_t(n * model.spec.vocab));
-      run_sequence(gpu, ids.data(), n, kv, got.data(), true);
+      const std::vector<float> got = gpu_one_token_logits(model, ids);
       unsetenv("TANDEM_CUDA_FUSE_QKV_POST");
       const double err = relative_error(got, want);
       std::printf(
@@ -612,16 +619,9 @@ TEST(CudaDecoderWideHeads, QuantizedAttentionRowsGiveTheQuantizeKernelsLogits) {
     const WideHeadsModel m(shape.config, o);
     const Model& model = *m.model;
     const std::vector<int32_t> ids = wide_heads_prompt();
-    const int64_t n = int64_t(ids.size());
     auto run = [&](const char* quantized_o) {
       const ScopedEnv env("TANDEM_CUDA_QUANTIZED_O", quantized_o);
-      KvPool kv_pool =
-          single_sequence_pool(model.spec, n + 1, 1, /*host_storage=*/false, DType::BF16);
-      cuda::Decoder gpu(model, kv_pool, 1, 0, cuda::GemmInputs::HiLo);
-      SequenceKv kv;
-      std::vector<float> got(size_t(n * model.spec.vocab));
-      run_sequence(gpu, ids.data(), n, kv, got.data(), true);
-      return got;
+      return gpu_one_token_logits(model, ids);
     };
     const std::vector<float> in_attention = run("1"), by_quantize_kernel = run("0");
     size_t differ = 0;

@@ -98,6 +98,30 @@ TEST_F(CudaKernels, GemvBf16MatchesCpuMatmul) {
     }
 }
 
+// Row r of bf16 weights w times token t of bf16 activations x (rows of
+// `cols`) in double, and Σ |products| (the scale of the f32 sum's error).
+struct DoubleDot {
+  double sum = 0, mag = 0;
+};
+DoubleDot bf16_dot(const std::vector<uint16_t>& w, int64_t r, const std::vector<uint16_t>& x,
+                   int64_t t, int64_t cols) {
+  DoubleDot d;
+  for (int64_t c = 0; c < cols; ++c) {
+    const double p =
+        double(bf16_to_f32(w[size_t(r * cols + c)])) * double(bf16_to_f32(x[size_t(t * cols + c)]));
+    d.sum += p;
+    d.mag += std::fabs(p);
+  }
+  return d;
+}
+
+// The gated activations in double: SiLU or tanh-approximated GELU.
+double activation(cuda::GemvGate act, double g) {
+  return act == cuda::GemvGate::SiLU
+             ? g / (1 + std::exp(-g))
+             : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+}
+
 // The skinny GEMM's block layouts under test: {row groups a block, column
 // splits over a cluster}.
 constexpr std::pair<int, int> kSkinnyLayouts[] = {
@@ -141,13 +165,7 @@ TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
               if (g != 1234.5f && bad++ < 3) ADD_FAILURE() << "wrote past the rows at " << r;
               continue;
             }
-            double want = 0, mag = 0;
-            for (int64_t c = 0; c < s.cols; ++c) {
-              const double p = double(bf16_to_f32(w16[size_t(r * s.cols + c)])) *
-                               double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
-              want += p;
-              mag += std::fabs(p);
-            }
+            const auto [want, mag] = bf16_dot(w16, r, x16, t, s.cols);
             if (!(std::fabs(g - want) <= 1e-5 * mag + 1e-6) && bad++ < 3)
               ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " groups=" << groups
                             << " splits=" << splits << " [" << t << ", " << r << "] gpu " << g
@@ -197,22 +215,12 @@ TEST_F(CudaKernels, SkinnyGemmGatedMatchesDoubleSums) {
           size_t bad = 0;
           for (int64_t t = 0; t < n; ++t)
             for (int64_t j = 0; j < F; ++j) {
-              double sums[2] = {0, 0}, mags[2] = {0, 0};
-              for (int half = 0; half < 2; ++half)
-                for (int64_t c = 0; c < s.cols; ++c) {
-                  const double p = double(bf16_to_f32(w16[size_t((half * F + j) * s.cols + c)])) *
-                                   double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
-                  sums[half] += p;
-                  mags[half] += std::fabs(p);
-                }
-              const double g = sums[0], u = sums[1];
-              const double a =
-                  act == cuda::GemvGate::SiLU
-                      ? g / (1 + std::exp(-g))
-                      : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+              const DoubleDot gate = bf16_dot(w16, j, x16, t, s.cols),
+                              up = bf16_dot(w16, F + j, x16, t, s.cols);
+              const double a = activation(act, gate.sum), u = up.sum;
               const double want = a * u;
               const double tol =
-                  1e-5 * (1.2 * mags[0] * std::fabs(u) + std::fabs(a) * mags[1]) + 1e-6;
+                  1e-5 * (1.2 * gate.mag * std::fabs(u) + std::fabs(a) * up.mag) + 1e-6;
               const size_t at = size_t(t * F + j);
               if (!(std::fabs(got[at] - want) <= tol) && bad++ < 3)
                 ADD_FAILURE() << F << " pairs x " << s.cols << " n=" << n << " [" << t << ", " << j
@@ -263,19 +271,10 @@ TEST_F(CudaKernels, SkinnyGemmTimesMatchesDoubleSums) {
           size_t bad = 0;
           for (int64_t t = 0; t < n; ++t)
             for (int64_t r = 0; r < s.rows; ++r) {
-              double g = 0, mag = 0;
-              for (int64_t c = 0; c < s.cols; ++c) {
-                const double p = double(bf16_to_f32(w16[size_t(r * s.cols + c)])) *
-                                 double(bf16_to_f32(x16[size_t(t * s.cols + c)]));
-                g += p;
-                mag += std::fabs(p);
-              }
-              const double a =
-                  act == cuda::GemvGate::SiLU
-                      ? g / (1 + std::exp(-g))
-                      : 0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-              const double m = times[size_t(t * stride + s.rows + r)], want = a * m;
-              const double tol = 1e-5 * 1.2 * mag * std::fabs(m) + 1e-6;
+              const DoubleDot g = bf16_dot(w16, r, x16, t, s.cols);
+              const double m = times[size_t(t * stride + s.rows + r)];
+              const double want = activation(act, g.sum) * m;
+              const double tol = 1e-5 * 1.2 * g.mag * std::fabs(m) + 1e-6;
               const size_t at = size_t(t * s.rows + r);
               if (!(std::fabs(got[at] - want) <= tol) && bad++ < 3)
                 ADD_FAILURE() << s.rows << "x" << s.cols << " n=" << n << " [" << t << ", " << r
