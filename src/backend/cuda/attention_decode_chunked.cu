@@ -35,8 +35,6 @@
 // fewer a layer.
 #include <cfloat>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/attention_quant.h"
 #include "backend/cuda/check.h"
@@ -508,10 +506,7 @@ void launch_chunked(dim3 grid, const float* q, const StepLayout& at, const Paged
   static_assert(S::kBytes > (size_t(48) << 10), "opts in to more than 48 KiB");
   allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
   // Opt-in until measured (TANDEM_CUDA_CHUNK_LATE_V=1).
-  static const bool late_v = [] {
-    const char* e = std::getenv("TANDEM_CUDA_CHUNK_LATE_V");
-    return e && std::string(e) == "1";
-  }();
+  static const bool late_v = env_is("TANDEM_CUDA_CHUNK_LATE_V", "1");
   launch(kernel, grid, S::kThreads, S::kBytes, stream, q, at, p, post, fused, late_v, out);
 }
 

@@ -444,10 +444,11 @@ void launch_vec_split(const uint16_t* W, int64_t rows, int64_t cols, const float
 bool wide_gated_rows(int64_t rows) {
   static const bool enabled = env_is("TANDEM_CUDA_GEMV_WIDE_GATED", "1");
   if (!enabled) return false;
-  static const int resident =
-      resident_blocks(reinterpret_cast<const void*>(gemv_bf16_vec<1, 4, 1, true, 1>));
+  using Shape = VecShape<1, true>;
+  static const int resident = resident_blocks(
+      reinterpret_cast<const void*>(gemv_bf16_vec<1, Shape::kRows, Shape::kUnroll, true, 1>));
   const int64_t wave = int64_t(resident) * kWarpsPerBlock * current_launch_limits().multiprocessors;
-  return VecShape<1, true>::units(rows) > wave;
+  return Shape::units(rows) > wave;
 }
 
 template <int N, bool GATED>
