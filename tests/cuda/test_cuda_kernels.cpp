@@ -125,23 +125,16 @@ double activation(cuda::GemvGate act, double g) {
 // The skinny GEMM's block layouts under test: {row groups a block, column
 // splits over a cluster}.
 constexpr std::pair<int, int> kSkinnyLayouts[] = {
-    {1, 1},
-    {cuda::kSkinnyRowGroups, 1},
-    {1, 2},
-    {1, 3},
-    {1, cuda::kSkinnyMaxColSplits},
-    {1, cuda::kSkinnyMaxClusterBlocks},
-    {cuda::kSkinnyRowGroups, 2},
-    {cuda::kSkinnyRowGroups, cuda::kSkinnyMaxClusterBlocks}};
+    {1, 1}, {cuda::kSkinnyRowGroups, 1}, {1, 2}, {1, 3}, {1, cuda::kSkinnyMaxColSplits}};
 
 // skinny_gemm_bf16 against double sums of the same bf16 operands: odd row
 // counts (a partial 16-row tile), columns that end mid-step (1,152 = 18
 // steps of 64, 80 = one and a quarter) and uneven column shares over the
 // 8 warps, 1 to 32 tokens (one to four 8-token mma tiles, full and partial), and an output
 // stride wider than the rows (the decoder writes row tiles of a wider y); with one row group a
-// block and kSkinnyRowGroups (teams of 2 warps, partial groups past the rows), each with its
-// columns split over clusters of 2 to 8 blocks (splits past a matrix's columns leave warps
-// without steps: 80 columns over 64 warps).
+// block and kSkinnyRowGroups (teams of 2 warps, partial groups past the rows), and one group
+// with its columns split over clusters of 2 to 4 blocks (splits past a matrix's columns leave
+// warps without steps: 80 columns over 32 warps).
 TEST_F(CudaKernels, SkinnyGemmMatchesDoubleSums) {
   struct Shape {
     int64_t rows, cols;
@@ -354,15 +347,12 @@ TEST_F(CudaKernels, SkinnyGemmColumnSplitsNeedClusters) {
   EXPECT_EQ(cuda::skinny_col_splits(64, 2048, false, cuda::kSkinnyMaxColSplits), 2);
   // Gated: 8 pairs a unit (72 of them).
   EXPECT_EQ(cuda::skinny_col_splits(2 * 576, 6912, true, cuda::kSkinnyMaxColSplits), s);
-  // Four groups a block: 18 blocks, each team's 108 steps over 2 warps a split.
-  EXPECT_EQ(cuda::skinny_col_splits(1152, 6912, false, cuda::kSkinnyMaxClusterBlocks,
-                                    cuda::kSkinnyRowGroups),
-            std::min(cuda::kSkinnyMaxClusterBlocks, (sms + 17) / 18));
-  for (int groups : {1, cuda::kSkinnyRowGroups})
-    EXPECT_THROW(
-        cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1, y.as<float>(), 64,
-                               nullptr, groups, cuda::kSkinnyMaxClusterBlocks + 1),
-        Error);
+  EXPECT_THROW(cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1, y.as<float>(),
+                                      64, nullptr, cuda::kSkinnyRowGroups, 2),
+               Error);
+  EXPECT_THROW(cuda::skinny_gemm_bf16(w.as<uint16_t>(), 64, 64, x.as<uint16_t>(), 1, y.as<float>(),
+                                      64, nullptr, 1, cuda::kSkinnyMaxColSplits + 1),
+               Error);
 }
 
 // Every fusion on both weight types and every kernel path: 16-byte bf16
@@ -438,9 +428,8 @@ TEST_F(CudaKernels, GemvPreAddMatchesTheUnfusedMath) {
 
 // Batch 1's gated GEMV over more gate/up pairs than one wave of two-pair
 // warps holds at any occupancy (8 blocks of 8 warps on every SM): the
-// gated fusions and the gated pre_add one against the unfused math. Under
-// TANDEM_CUDA_GEMV_WIDE_GATED=1 this takes the four-pair warps (VecShape's
-// WIDE), else the default shape.
+// gated fusions and the gated pre_add one against the unfused math (the
+// blocks past the first wave, which a shape sized for one wave leaves out).
 TEST_F(CudaKernels, GemvGatedPastAWaveMatchesTheUnfusedMath) {
   const int sms = cuda::current_launch_limits().multiprocessors;
   ASSERT_GT(sms, 0);

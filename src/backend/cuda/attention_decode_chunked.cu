@@ -67,8 +67,7 @@ struct ChunkShape {
   // Shared memory, in this order: q hi, q lo [kRows][kPitch] bf16; K, V
   // [kChunkKeys][kPitch] bf16; weights hi, lo [kRows][kWeightPitch] bf16;
   // row maxima, row sums [kWarps][kRows] f32; the token's new K and V rows
-  // [2][DH] bf16 (with a fused qkv post); the chunk's mbarriers (K rows, V
-  // rows).
+  // [2][DH] bf16 (with a fused qkv post); the chunk's mbarrier.
   static constexpr size_t kQ = 0;
   static constexpr size_t kK = kQ + size_t(2) * 2 * kRows * kPitch;
   static constexpr size_t kV = kK + size_t(2) * kChunkKeys * kPitch;
@@ -76,7 +75,7 @@ struct ChunkShape {
   static constexpr size_t kStats = kWeights + size_t(2) * 2 * kRows * kWeightPitch;
   static constexpr size_t kOwnRows = kStats + size_t(4) * 2 * kWarps * kRows;  // [2][DH] bf16
   static constexpr size_t kBarrier = kOwnRows + size_t(2) * 2 * DH;
-  static constexpr size_t kBytes = kBarrier + 16;
+  static constexpr size_t kBytes = kBarrier + 8;
   static_assert(kKeysPerWarp % 16 == 0 && kDimsPerWarp % 16 == 0, "whole ldmatrix pairs");
   static_assert(kBarrier % 8 == 0 && (kPitch * 2) % 16 == 0, "aligned rows and barrier");
   static_assert(kChunkKeys <= kThreads, "a thread per key row");
@@ -190,14 +189,11 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
 // grid: (tokens · kv heads, splits); ChunkShape<DH>::kThreads threads;
 // ChunkShape<DH>::kBytes of shared memory. BQ: q·scale and the weights
 // rounded to bf16 (PagedAttention::bf16_inputs), else hi/lo parts. BULK:
-// one bulk copy per row (sm_90), else cp.async per 16 bytes. late_v (bulk
-// copies only): a chunk's scores wait for its K rows alone, and its V rows
-// (their own mbarrier) are awaited before the values' product, so the
-// scores and the softmax overlap the V rows' arrival.
+// one bulk copy per row (sm_90), else cp.async per 16 bytes.
 template <int DH, bool BQ, bool BULK>
 __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
     chunked_decode_kernel(const float* q, StepLayout at, PagedAttention p, QkvPost post, bool fused,
-                          bool late_v, float* __restrict__ out) {
+                          float* __restrict__ out) {
   using S = ChunkShape<DH>;
   constexpr int NT = S::kThreads, NW = S::kWarps, KPW = S::kKeysPerWarp, DPW = S::kDimsPerWarp;
   constexpr int P = S::kPitch, WP = S::kWeightPitch, C = kChunkKeys;
@@ -217,7 +213,7 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   float* row_sum = row_max + NW * kRows;
   uint16_t* own_k = reinterpret_cast<uint16_t*>(shared_raw + S::kOwnRows);
   uint16_t* own_v = own_k + DH;
-  uint64_t* bar = reinterpret_cast<uint64_t*>(shared_raw + S::kBarrier);  // [2]: K, V
+  uint64_t* bar = reinterpret_cast<uint64_t*>(shared_raw + S::kBarrier);
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   pdl_launch_dependents();
   const int G = int(p.heads / p.kv_heads);
@@ -238,27 +234,24 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   if (fused) lane_post.init(post, pos, lane);
 
   // The chunk at kb's keys in [from, to) into K and V. Bulk copies: thread
-  // c copies key kb + c's K row on the K barrier and its V row on the V
-  // barrier, whose phases thread 0 arms once per chunk (`arm`) for the
-  // chunk's rows below the split's end; the V rows past the end up to the
-  // values' last 16-key step are zeroed (their weights are 0, and 0 · NaN
-  // from stale shared memory would not be). cp.async: the block copies 16 bytes at a time, zeros
+  // c copies key kb + c's two rows on the chunk's barrier, whose phase
+  // thread 0 arms once per chunk (`arm`) for the chunk's rows below the
+  // split's end; the V rows past the end up to the values' last 16-key step
+  // are zeroed (their weights are 0, and 0 · NaN from stale shared memory
+  // would not be). cp.async: the block copies 16 bytes at a time, zeros
   // past the end, as one group. Neither copies key `skip` (placed by
   // place_own_rows).
   auto copy_chunk = [&](int kb, int from, int to, bool arm) {
     if constexpr (kBulk) {
       const int n_rows = min(C, end - kb), copied = n_rows - (skip >= kb && skip < kb + n_rows);
-      if (arm && tid == 0) {
-        mbarrier_expect_tx(bar, uint32_t(copied * DH * 2));
-        mbarrier_expect_tx(bar + 1, uint32_t(copied * DH * 2));
-      }
+      if (arm && tid == 0) mbarrier_expect_tx(bar, uint32_t(copied * 2 * DH * 2));
       const int key = kb + tid;
       if (tid < C && key >= from && key < to && key != skip) {
         if (key < end) {
           const size_t r = rows.row(key);
           fence_async_shared();  // earlier reads of these bytes before the copies overwrite them
           bulk_copy(k_rows + tid * P, kbase + r, DH * 2, bar);
-          bulk_copy(v_rows + tid * P, vbase + r, DH * 2, bar + 1);
+          bulk_copy(v_rows + tid * P, vbase + r, DH * 2, bar);
         } else if (tid < (n_rows + 15) / 16 * 16) {
           for (int d = 0; d < DH; d += 8)
             *reinterpret_cast<uint4*>(v_rows + tid * P + d) = make_uint4(0u, 0u, 0u, 0u);
@@ -276,31 +269,19 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
       cp_async_commit();
     }
   };
-  // wait_keys: the chunk's K rows (and, unless late_v, its V rows) have
-  // landed; wait_values, before the values' product: its V rows too.
   uint32_t parity = 0;
-  const bool wait_v_late = kBulk && late_v;
-  auto wait_keys = [&] {
+  auto wait_chunk = [&] {
     if constexpr (kBulk) {
       mbarrier_wait(bar, parity);
-      if (!wait_v_late) mbarrier_wait(bar + 1, parity);
+      parity ^= 1u;
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();  // every thread's copies (and, the first time, q) are visible
   };
-  auto wait_values = [&] {
-    if constexpr (kBulk) {
-      if (wait_v_late) mbarrier_wait(bar + 1, parity);
-      parity ^= 1u;
-    }
-  };
 
   if constexpr (kBulk) {
-    if (tid == 0) {
-      mbarrier_init(bar);
-      mbarrier_init(bar + 1);
-    }
+    if (tid == 0) mbarrier_init(bar);
     __syncthreads();
   }
   // The first chunk's keys that no earlier kernel of the step writes go out
@@ -342,7 +323,7 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
 
   for (int kb = first; kb < end; kb += C) {
     place_own_rows(kb);
-    wait_keys();
+    wait_chunk();
     // This warp's scores: keys kb + warp · KPW + [0, KPW).
     float s[KPW / 8][4];
 #pragma unroll
@@ -413,7 +394,6 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
       row_sum[warp * kRows + g] = sum0;
       row_sum[warp * kRows + g + 8] = sum1;
     }
-    wait_values();
     __syncthreads();
     l0 *= c0;
     l1 *= c1;
@@ -505,9 +485,7 @@ void launch_chunked(dim3 grid, const float* q, const StepLayout& at, const Paged
   const auto kernel = chunked_decode_kernel<DH, BQ, BULK>;
   static_assert(S::kBytes > (size_t(48) << 10), "opts in to more than 48 KiB");
   allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
-  // Opt-in until measured (TANDEM_CUDA_CHUNK_LATE_V=1).
-  static const bool late_v = env_is("TANDEM_CUDA_CHUNK_LATE_V", "1");
-  launch(kernel, grid, S::kThreads, S::kBytes, stream, q, at, p, post, fused, late_v, out);
+  launch(kernel, grid, S::kThreads, S::kBytes, stream, q, at, p, post, fused, out);
 }
 
 template <int DH>

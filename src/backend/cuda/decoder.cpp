@@ -523,26 +523,10 @@ struct Decoder::Impl {
   struct SkinnyLayout {
     int row_groups = 1, col_splits = 1;
   };
-  // With TANDEM_CUDA_SKINNY_TEAM_SPLITS=1 (opt-in until measured), steps of
-  // more than 16 tokens over a matrix that one group a block would split
-  // take kSkinnyRowGroups groups a block, split over clusters of up to
-  // kSkinnyMaxClusterBlocks: its blocks read the activations once for 4
-  // groups (gemma-3-1b's down projection: 18 blocks of 64 rows in 8 splits
-  // instead of 72 of 16 in 2).
   SkinnyLayout skinny_layout(int64_t rows, bool gated, int64_t n, int64_t cols) const {
     static const int most = int(env_count("TANDEM_CUDA_SKINNY_SPLITS", kSkinnyMaxColSplits));
-    static const bool team_splits = env_is("TANDEM_CUDA_SKINNY_TEAM_SPLITS", "1");
     const int groups = skinny_row_groups(rows, gated, n, cols);
-    if (groups != 1) return {groups, 1};
-    const int splits = skinny_col_splits(rows, cols, gated, most);
-    if (team_splits && splits > 1 && n > 16) {
-      const int team =
-          skinny_col_splits(rows, cols, gated, kSkinnyMaxClusterBlocks, kSkinnyRowGroups);
-      const int64_t blocks = (skinny_units(rows, gated) + kSkinnyRowGroups - 1) / kSkinnyRowGroups;
-      if (team > 1 && 4 * blocks * team >= 3 * int64_t(multiprocessors))
-        return {kSkinnyRowGroups, team};
-    }
-    return {1, splits};
+    return {groups, groups == 1 ? skinny_col_splits(rows, cols, gated, most) : 1};
   }
 
   // Whether a bf16 GEMM of n tokens over bf16 activations runs as the

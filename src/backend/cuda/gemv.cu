@@ -396,13 +396,9 @@ __global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols, c
 // with one row lost 1-10% (registers, so occupancy) in the tenth. Batches
 // of up to kMaxSplitBatch rows split a unit's columns over warps when it
 // has few rows (gemv_bf16_split).
-// WIDE (batch 1, gated): four gate/up pairs a warp, one load a row in
-// flight, for matrices whose two-pair warps overrun one wave of resident
-// warps (wide_gated_rows).
-template <int N, bool GATED, bool WIDE = false>
+template <int N, bool GATED>
 struct VecShape {
-  static_assert(!WIDE || (N == 1 && GATED), "the wide shape is batch 1's gated one");
-  static constexpr int kRows = (N == 1 ? (GATED ? 4 : 2) : N < 4 ? 2 : 4) * (WIDE ? 2 : 1);
+  static constexpr int kRows = N == 1 ? (GATED ? 4 : 2) : N < 4 ? 2 : 4;
   static constexpr int kUnroll = N == 1 && GATED ? 1 : 2;
   // Warp units (WarpRows) of a matrix of `rows`.
   static int64_t units(int64_t rows) { return WarpRows<kRows, GATED>::units(rows); }
@@ -414,10 +410,10 @@ struct VecShape {
   }
 };
 
-template <int N, bool GATED, int SPLIT, bool WIDE = false>
+template <int N, bool GATED, int SPLIT>
 void launch_vec_split(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
                       const GemvFusion& f, cudaStream_t stream) {
-  using Shape = VecShape<N, GATED, WIDE>;
+  using Shape = VecShape<N, GATED>;
   constexpr int kRows = Shape::kRows, kUnroll = Shape::kUnroll;
   constexpr int kUnits = ColumnShare<SPLIT>::kUnitsPerBlock;
   const unsigned blocks = unsigned((Shape::units(rows) + kUnits - 1) / kUnits);
@@ -435,31 +431,9 @@ void launch_vec_split(const uint16_t* W, int64_t rows, int64_t cols, const float
          rows, cols, x, y, f);
 }
 
-// Whether batch 1's gated GEMV over `rows` gate/up rows takes the wide
-// shape: its two-pair warps would overrun one wave of the resident warps
-// (ministral-3-3b's 9,216 pairs: 4,608 warps, 1.09 waves of 4 blocks an SM
-// on 132 SMs; gemma-4-e2b's double-wide 12,288: 1.45), so the last warps
-// would stream on a nearly idle device. Opt-in until measured
-// (TANDEM_CUDA_GEMV_WIDE_GATED=1).
-bool wide_gated_rows(int64_t rows) {
-  static const bool enabled = env_is("TANDEM_CUDA_GEMV_WIDE_GATED", "1");
-  if (!enabled) return false;
-  using Shape = VecShape<1, true>;
-  static const int resident = resident_blocks(
-      reinterpret_cast<const void*>(gemv_bf16_vec<1, Shape::kRows, Shape::kUnroll, true, 1>));
-  const int64_t wave = int64_t(resident) * kWarpsPerBlock * current_launch_limits().multiprocessors;
-  return Shape::units(rows) > wave;
-}
-
 template <int N, bool GATED>
 void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
                 const GemvFusion& f, cudaStream_t stream) {
-  if constexpr (N == 1 && GATED) {
-    if (wide_gated_rows(rows)) {
-      launch_vec_split<1, true, 1, true>(W, rows, cols, x, y, f, stream);
-      return;
-    }
-  }
   with_split(VecShape<N, GATED>::split(rows, cols), [&](auto s) {
     constexpr int S = decltype(s)::value;
     if constexpr (S == 1 || N <= kMaxSplitBatch)

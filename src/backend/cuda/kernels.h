@@ -112,19 +112,16 @@ inline int64_t skinny_units(int64_t m, bool gated) {
 // the activations' L2 traffic outgrows the weights'; opt-in, see the
 // decoder's skinny_row_groups).
 constexpr int kSkinnyRowGroups = 4;
-// col_splits: blocks of a thread-block cluster that share each block's
-// row groups' columns (1 to kSkinnyMaxClusterBlocks, on sm_90+), so a
-// matrix of few rows still fills the SMs.
+// col_splits: blocks of a thread-block cluster that share each 16-row
+// group's columns (1 to kSkinnyMaxColSplits; above 1 only with one row group
+// a block, on sm_90+), so a matrix of few rows still fills the SMs.
 // skinny_col_splits gives the splits for a matrix of m rows (gated: gate and
-// up rows) and `cols` columns on the current device, in blocks of
-// `row_groups` groups, at most `most`: where the blocks leave a quarter of
-// the SMs idle, enough for a block an SM, each warp still taking two
-// 64-column steps; else 1 (and 1 on devices without clusters).
-// kSkinnyMaxColSplits is the decoder's default `most` with one row group a
-// block.
+// up rows) and `cols` columns on the current device, at most `most`: where
+// its row groups leave a quarter of the SMs idle, enough for a block an SM,
+// each warp still taking two 64-column steps; else 1 (and 1 on devices
+// without clusters).
 constexpr int kSkinnyMaxColSplits = 4;
-constexpr int kSkinnyMaxClusterBlocks = 8;  // portable cluster size
-int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most, int row_groups = 1);
+int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most);
 void skinny_gemm_bf16(const uint16_t* w, int64_t m, int64_t cols, const uint16_t* x, int64_t n,
                       float* y, int64_t ldy, cudaStream_t stream, int row_groups = 1,
                       int col_splits = 1);

@@ -34,10 +34,6 @@
 // few rows (gemma-3-1b's down projection: 72 units of 16 rows for 6,912
 // columns) otherwise runs on 72 of 132 SMs, one block each: its 32-token
 // step streamed 33% of the DRAM bandwidth (ncu, H100, session 28).
-// Row groups and splits combine: a block's RG teams then share the
-// cluster's column ranges, so the activations of 17-32 tokens (with one
-// group a block, twice the weights' bytes from L2) are read once a block
-// for 4 groups.
 //
 // Gated (skinny_gemm_gated_bf16): a block's 16 rows are 8 gate rows and the
 // 8 up rows that pair with them (F rows further), so the mma's row g and
@@ -111,8 +107,8 @@ __device__ __forceinline__ Cols16 load_acts(const uint16_t* p, bool valid) {
 // the same activation columns at the same steps, so all but the first can
 // find them in L1: with one group a block, the 32 tokens' activations cost
 // L2 twice the weights' bytes.
-// splits: blocks of a cluster that share a block's units' columns
-// (consecutive blocks along x, launched as one cluster; 1: no cluster).
+// splits: blocks of a cluster that share a unit's columns (RG == 1 only;
+// consecutive blocks along x, launched as one cluster; 1: no cluster).
 template <int TILES, bool GATED, int RG>
 __global__ void __launch_bounds__(kWarps * 32)
     skinny_gemm_kernel(const uint16_t* __restrict__ W, int m, int cols, const uint16_t* x, int n,
@@ -261,17 +257,17 @@ auto kernel_for(int64_t n) {
 }
 
 // Launches the kernel for n tokens over `units` row groups, RG a block,
-// each block's columns split over a cluster of `splits` blocks.
+// each unit's columns split over a cluster of `splits` blocks.
 template <bool GATED, class... Args>
 void launch_groups(int64_t n, int64_t units, int row_groups, int splits, cudaStream_t stream,
                    Args... args) {
-  const unsigned blocks = unsigned((units + row_groups - 1) / row_groups) * unsigned(splits);
-  if (row_groups == kSkinnyRowGroups)
-    launch_clustered(kernel_for<GATED, kSkinnyRowGroups>(n), blocks, kWarps * 32, 0, stream,
+  if (row_groups == kSkinnyRowGroups) {
+    const unsigned blocks = unsigned((units + kSkinnyRowGroups - 1) / kSkinnyRowGroups);
+    launch(kernel_for<GATED, kSkinnyRowGroups>(n), blocks, kWarps * 32, 0, stream, args..., 1);
+  } else {
+    launch_clustered(kernel_for<GATED, 1>(n), unsigned(units * splits), kWarps * 32, 0, stream,
                      unsigned(splits), args..., splits);
-  else
-    launch_clustered(kernel_for<GATED, 1>(n), blocks, kWarps * 32, 0, stream, unsigned(splits),
-                     args..., splits);
+  }
 }
 
 }  // namespace
@@ -281,9 +277,9 @@ namespace {
 void check_row_groups(const char* who, int row_groups, int col_splits) {
   if (row_groups != 1 && row_groups != kSkinnyRowGroups)
     fail("%s: %d row groups a block (1 or %d)", who, row_groups, kSkinnyRowGroups);
-  if (col_splits < 1 || col_splits > kSkinnyMaxClusterBlocks)
-    fail("%s: %d column splits (1 to %d blocks of a cluster)", who, col_splits,
-         kSkinnyMaxClusterBlocks);
+  if (col_splits < 1 || col_splits > kSkinnyMaxColSplits || (col_splits > 1 && row_groups != 1))
+    fail("%s: %d column splits (1 to %d, and 1 with %d row groups)", who, col_splits,
+         kSkinnyMaxColSplits, kSkinnyRowGroups);
   if (col_splits > 1 && !clusters_supported())
     fail("%s: column splits need thread-block clusters (sm_90 or newer)", who);
 }
@@ -295,24 +291,23 @@ bool skinny_gemm_fits(const uint16_t* w, int64_t m, int64_t cols, const uint16_t
          cols % 16 == 0 && cols <= INT32_MAX && aligned16(w) && aligned16(x);
 }
 
-int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most, int row_groups) {
-  if (most <= 1 || row_groups < 1) return 1;
+int skinny_col_splits(int64_t m, int64_t cols, bool gated, int most) {
+  if (most <= 1) return 1;
   const LaunchLimits limits = current_launch_limits();
   if (limits.cc_major < 9) return 1;  // no clusters (clusters_supported)
-  // Only matrices whose blocks leave a quarter of the SMs idle, split into
-  // a block an SM, each warp still taking two 64-column steps.
-  // Measured on the H100 (session 28, tok/s at 32 / 16 / 8 sequences, one
-  // row group a block, splits against none): gemma-3-1b (72 units) +3.4 /
-  // +2.8 / +1.3%, gemma-4-e2b (96) +2.5 / +3.1 / +2.5%; llama-3.2-1b's 128
-  // units in 2 splits -0.5 / -0.7 / -2.0%; aiming at two blocks an SM
-  // (gemma-3-1b's down projection in 4 splits) lost 3-5% at 16 and 32
-  // sequences.
-  const int64_t blocks = (skinny_units(m, gated) + row_groups - 1) / row_groups;
-  if (4 * blocks > 3 * int64_t(limits.multiprocessors)) return 1;
-  const int64_t steps = (cols + kStepCols - 1) / kStepCols, team_warps = kWarps / row_groups;
-  int s = int(std::clamp<int64_t>((limits.multiprocessors + blocks - 1) / blocks, 1,
-                                  std::min(most, kSkinnyMaxClusterBlocks)));
-  while (s > 1 && steps < int64_t(s) * team_warps * 2) --s;
+  // Only matrices whose row groups leave a quarter of the SMs idle, split
+  // into a block an SM, each warp still taking two 64-column steps.
+  // Measured on the H100 (session 28, tok/s at 32 / 16 / 8 sequences,
+  // splits against none): gemma-3-1b (72 units) +3.4 / +2.8 / +1.3%,
+  // gemma-4-e2b (96) +2.5 / +3.1 / +2.5%; llama-3.2-1b's 128 units in 2
+  // splits -0.5 / -0.7 / -2.0%; aiming at two blocks an SM (gemma-3-1b's
+  // down projection in 4 splits) lost 3-5% at 16 and 32 sequences.
+  const int64_t units = skinny_units(m, gated);
+  if (4 * units > 3 * int64_t(limits.multiprocessors)) return 1;
+  const int64_t steps = (cols + kStepCols - 1) / kStepCols;
+  int s = int(std::clamp<int64_t>((limits.multiprocessors + units - 1) / units, 1,
+                                  std::min(most, kSkinnyMaxColSplits)));
+  while (s > 1 && steps < int64_t(s) * kWarps * 2) --s;
   return s;
 }
 
