@@ -7,12 +7,20 @@
 // fraction of the device-to-device copy bandwidth, one line per (model,
 // projection, tokens).
 //
-//   bench_cuda_gemm [--json] [--model NAME]
+// --lt also times every algorithm cuBLASLt's heuristic offers for the same
+// GEMM (up to 32; split-K and tile variants the default call does not pick)
+// and prints the fastest beside the default: whether decode's batched
+// projections would gain from choosing algorithms at load.
+//
+//   bench_cuda_gemm [--json] [--model NAME] [--tokens N] [--lt]
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,18 +44,75 @@ struct ModelShape {
   std::vector<Projection> projections;  // the last one (head) has one copy
 };
 
+// Seconds of one launch_all() (one GEMM per weight copy) divided by the
+// copies, replayed as one CUDA graph.
+double seconds_per_copy(const std::function<void()>& launch_all, int64_t copies, int reps,
+                        cudaStream_t stream) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launch_all();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double s =
+      bench::seconds_per_call([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, reps, stream) /
+      double(copies);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return s;
+}
+
+// The decoder's GEMM (y[n, rows] = x[n, cols] · W[rows, cols]ᵀ, bf16 in, f32
+// out) as a cuBLASLt matmul: its descriptors and the heuristic's algorithms.
+struct LtGemm {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos;
+
+  LtGemm(cublasLtHandle_t lt, int64_t rows, int64_t cols, int64_t n, size_t workspace) {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, uint64_t(cols), uint64_t(rows), cols));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, uint64_t(cols), uint64_t(n), cols));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, uint64_t(rows), uint64_t(n), rows));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+    algos.resize(32);
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, int(algos.size()),
+                                                algos.data(), &found));
+    algos.resize(size_t(found));
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  ~LtGemm() {
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(desc);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool json = false;
+  bool json = false, lt_search = false;
   std::string only;
+  std::vector<int64_t> token_counts = {8, 16, 32, 64, 128};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0)
       json = true;
+    else if (std::strcmp(argv[i], "--lt") == 0)
+      lt_search = true;
     else if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc)
       only = argv[++i];
+    else if (std::strcmp(argv[i], "--tokens") == 0 && i + 1 < argc)
+      token_counts = {std::atoll(argv[++i])};
     else {
-      std::fprintf(stderr, "usage: bench_cuda_gemm [--json] [--model NAME]\n");
+      std::fprintf(stderr, "usage: bench_cuda_gemm [--json] [--model NAME] [--tokens N] [--lt]\n");
       return 2;
     }
   }
@@ -101,6 +166,9 @@ int main(int argc, char** argv) {
   CUBLAS_CHECK(cublasSetStream(blas, stream));
   cuda::DeviceBuffer blas_ws(size_t(32) << 20);
   CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws.get(), blas_ws.bytes()));
+  cublasLtHandle_t lt;
+  CUBLAS_CHECK(cublasLtCreate(&lt));
+  cuda::DeviceBuffer lt_ws(blas_ws.bytes());
   for (const ModelShape& m : models) {
     if (!only.empty() && only != m.model) continue;
     for (const Projection& p : m.projections) {
@@ -114,34 +182,53 @@ int main(int argc, char** argv) {
       const double bytes = double(p.rows * p.cols) * 2;
       cuda::DeviceBuffer x(size_t(128 * p.cols) * 2), y(size_t(128 * p.rows) * 4);
       CUDA_CHECK(cudaMemset(x.get(), 0x3c, x.bytes()));
-      for (int64_t n : {8, 16, 32, 64, 128}) {
+      for (int64_t n : token_counts) {
+        const float one = 1.f, zero = 0.f;
         auto launch_all = [&] {
-          const float one = 1.f, zero = 0.f;
           for (const cuda::DeviceBuffer& w : weights)
             CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(p.rows), int(n),
                                       int(p.cols), &one, w.get(), CUDA_R_16BF, int(p.cols), x.get(),
                                       CUDA_R_16BF, int(p.cols), &zero, y.get(), CUDA_R_32F,
                                       int(p.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         };
-        // One graph of every copy's launch, replayed.
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        launch_all();
-        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        const double s = bench::seconds_per_call([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); },
-                                                 head ? 20 : 10, stream) /
-                         double(copies);
-        CUDA_CHECK(cudaGraphExecDestroy(exec));
-        CUDA_CHECK(cudaGraphDestroy(graph));
+        const int reps = head ? 20 : 10;
+        const double s = seconds_per_copy(launch_all, copies, reps, stream);
+        // The fastest of cuBLASLt's algorithms: its µs and rank in the
+        // heuristic's order (0: the heuristic's first choice).
+        double best_s = 0;
+        int best_rank = -1, offered = 0;
+        if (lt_search) {
+          const LtGemm g(lt, p.rows, p.cols, n, lt_ws.bytes());
+          offered = int(g.algos.size());
+          for (int r = 0; r < offered; ++r) {
+            if (g.algos[size_t(r)].state != CUBLAS_STATUS_SUCCESS) continue;
+            const cublasLtMatmulAlgo_t* algo = &g.algos[size_t(r)].algo;
+            auto launch_lt = [&] {
+              for (const cuda::DeviceBuffer& w : weights)
+                CUBLAS_CHECK(cublasLtMatmul(lt, g.desc, &one, w.get(), g.a, x.get(), g.b, &zero,
+                                            y.get(), g.c, y.get(), g.c, algo, lt_ws.get(),
+                                            lt_ws.bytes(), stream));
+            };
+            const double t = seconds_per_copy(launch_lt, copies, reps, stream);
+            if (best_rank < 0 || t < best_s) best_s = t, best_rank = r;
+          }
+        }
         const double gbs = bytes / s / 1e9;
+        const double best_gbs = best_rank < 0 ? 0 : bytes / best_s / 1e9;
         if (json)
           std::printf(
               "{\"model\": \"%s\", \"projection\": \"%s\", \"rows\": %lld, \"cols\": %lld, "
-              "\"tokens\": %lld, \"us\": %.2f, \"gbs\": %.0f, \"fraction\": %.3f}\n",
+              "\"tokens\": %lld, \"us\": %.2f, \"gbs\": %.0f, \"fraction\": %.3f, "
+              "\"lt_offered\": %d, \"lt_best_rank\": %d, \"lt_best_us\": %.2f, "
+              "\"lt_best_fraction\": %.3f}\n",
               m.model, p.name, (long long)p.rows, (long long)p.cols, (long long)n, s * 1e6, gbs,
-              gbs / peak);
+              gbs / peak, offered, best_rank, best_s * 1e6, best_gbs / peak);
+        else if (best_rank >= 0)
+          std::printf(
+              "%-15s %-9s %6lldx%-5lld n=%-3lld %8.2f us  %6.0f GB/s  %3.0f%%   lt best of %2d: "
+              "#%-2d %8.2f us  %3.0f%%\n",
+              m.model, p.name, (long long)p.rows, (long long)p.cols, (long long)n, s * 1e6, gbs,
+              100 * gbs / peak, offered, best_rank, best_s * 1e6, 100 * best_gbs / peak);
         else
           std::printf("%-15s %-9s %6lldx%-5lld n=%-3lld %8.2f us  %6.0f GB/s  %3.0f%%\n", m.model,
                       p.name, (long long)p.rows, (long long)p.cols, (long long)n, s * 1e6, gbs,
@@ -149,6 +236,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  cublasLtDestroy(lt);
   cublasDestroy(blas);
   return 0;
 }
