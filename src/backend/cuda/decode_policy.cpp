@@ -1,0 +1,137 @@
+#include "backend/cuda/decode_policy.h"
+
+#include <algorithm>
+
+#include "backend/cuda/runtime.h"
+
+namespace tandem::cuda {
+
+bool graphs_enabled_by_env() {
+  return !env_is("TANDEM_CUDA_GRAPHS", "0");
+}
+
+// Prefill attention on tensor cores (attention_prefill) unless
+// TANDEM_CUDA_PREFILL_ATTENTION=0 (for measuring it against the decode
+// kernel).
+bool prefill_kernel_enabled() {
+  return !env_is("TANDEM_CUDA_PREFILL_ATTENTION", "0");
+}
+
+// The tensor-core decode kernel's split policy: one-warp blocks per SM to
+// aim for (TANDEM_DECODE_BLOCKS_PER_SM, default 4; at most
+// kTensorCoreBlocksPerSm · 2 = the partial buffer's bound) and the fewest
+// keys a split keeps (TANDEM_DECODE_MIN_SPLIT_KEYS, default 64; 1: no cap)
+// unless that leaves fewer blocks than SMs. Measured on the H200
+// (bench/results/cuda-decode-fusion-2026-12-03.md): 8 per SM against 2
+// gave llama-3.2-1b at 32 sequences 12,755 -> 14,482 tok/s; the 64-key
+// cap then gave gemma-3-1b at 32 sequences 10,716 -> 11,774 and
+// gemma-4-e2b 4,136 -> 4,393 (one kv head: many short splits), llama at
+// batch 1, context 128, 820 -> 881, and left llama at 32 and 64 sequences
+// as it was. Without the one-block-per-SM floor it cost gemma-3-1b at
+// batch 1 628 -> 591. Since key warps share a block, 4 against 8
+// (cuda-pdl-coherence-2026-12-04.md, run 9; context 1,024, tok/s at 1 / 8
+// / 32 sequences): llama 1,022 -> 1,013 / 6,113 -> 6,227 / 19,596 ->
+// 19,778, ministral-3-3b 398 -> 400 / 2,483 -> 2,646 / 7,993 -> 8,002,
+// qwen3-1.7b 611 -> 610 / 3,370 -> 3,666 / 10,408 -> 10,403, gemma-3-1b 891
+// -> 885 / 4,811 -> 4,826 / 15,681 -> 16,209, gemma-4-e2b 406 -> 408 /
+// 2,330 -> 2,341 / 7,261 -> 7,682.
+int decode_blocks_per_sm() {
+  static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_BLOCKS_PER_SM", 4), 1,
+                                               2 * kTensorCoreBlocksPerSm - 1));
+  return n;
+}
+
+// Key warps per tensor-core decode block (PagedAttention::key_warps): the
+// kernel's most unless TANDEM_DECODE_KEY_WARPS is below it (one-warp blocks
+// then: the kernel has no shapes in between); and the most keys a warp
+// keeps before a step splits over blocks: two of the kernel's key tiles (64
+// keys at dims 64 and 128, 32 at 256), unless TANDEM_DECODE_WARP_KEYS says
+// otherwise (llama-3.2-1b at batch 1, context 1024, 64 / 128 / 256: 959 /
+// 956 / 910 tok/s).
+int decode_key_warps() {
+  static const int n = int(std::clamp<int64_t>(env_count("TANDEM_DECODE_KEY_WARPS", 8), 1, 8));
+  return n;
+}
+
+int64_t decode_warp_keys(int64_t tile_keys) {
+  static const int64_t n = env_count("TANDEM_DECODE_WARP_KEYS", 0);
+  return n > 0 ? n : 2 * tile_keys;
+}
+
+// The chunked decode kernel (PagedAttention::chunked) on layers of head dim
+// TANDEM_DECODE_CHUNKED_MIN_DIM (default 128) or more whose step has at most
+// TANDEM_DECODE_CHUNKED_UNITS (token, kv head) units (default 16, and 64 at
+// head dim 256 and up; 0: never), each split keeping at least
+// TANDEM_DECODE_CHUNKED_SPLIT_KEYS keys (default one chunk), up to a block per
+// SM and kChunkedMaxSplits; below head dim 256 only while one chunk a split
+// covers the keys (else the key-warp blocks). Measured on the H200 against the
+// key-warp blocks (tok/s, bench_cuda_decode, session 14 runs 2-4): at head dim
+// 256, gemma-3-1b batch 1 881 -> 949 (context 128) and 857 -> 926 (4,096),
+// gemma-4-e2b 424 -> 457 and 413 -> 442, at 2 and 8 sequences +4-6%; at dim
+// 128 with several chunks a split, qwen3-1.7b 665 -> 616 at 4,096 and
+// ministral-3-3b 401 -> 387; with one (session 15 run 3, qkv post unfused),
+// qwen3 739 -> 749 at context 128 and 717 -> 743 at 1,024, ministral 437 ->
+// 442 and 422 -> 437, at 4,096 and 8 sequences within 1% (the key-warp blocks
+// there); at dim 64, llama-3.2-1b 1,213 -> 983 at 128 — hence the 128 floor.
+int64_t decode_chunked_min_dim() {
+  static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_MIN_DIM", 128);
+  return n;
+}
+
+// Gemma's one kv head makes few units: at 32 sequences the key-warp blocks
+// (3 splits of 8 warps a unit, 96 blocks) left SMs idle; measured on the
+// H100 (session 23, context 1,024, tok/s) with the limit at 128: gemma-3-1b
+// 32 sequences 14,600 -> 15,566, 64 26,218 -> 27,021, gemma-4-e2b 64 12,097
+// -> 12,348 (16 sequences already chunked). 128 units are not measured.
+int64_t decode_chunked_units(int64_t head_dim) {
+  static const int64_t n = env_count("TANDEM_DECODE_CHUNKED_UNITS", -1);
+  return n >= 0 ? n : head_dim >= 256 ? 64 : 16;
+}
+
+int64_t decode_chunked_split_keys() {
+  static const int64_t n = std::max<int64_t>(
+      1, env_count("TANDEM_DECODE_CHUNKED_SPLIT_KEYS", attention_decode_chunk_keys()));
+  return n;
+}
+
+int64_t decode_min_split_keys() {
+  static const int64_t n = std::max<int64_t>(1, env_count("TANDEM_DECODE_MIN_SPLIT_KEYS", 64));
+  return n;
+}
+
+// Decode steps on the chunked attention kernel fold qkv_post into it
+// (attention_decode_chunked_fuses_post) at head dim 256 and up when each of
+// the block's warps then takes at most one head — the G query heads and the
+// new K and V — unless TANDEM_CUDA_FUSE_QKV_POST=0 (never) or 1 (wherever
+// the kernel can). Measured on the H200 (tok/s, unfused → fused):
+// gemma-3-1b (4 query heads: 6 over 8 warps) batch 1 921 → 976 at context
+// 128, 914 → 936 at 4,096, 8 sequences 5,024 → 5,193, batch 2 1,476 →
+// 1,462; gemma-4-e2b (8: 10 over 8 warps, two warps take two heads) 451 →
+// 437 and 436 → 431, 8 sequences 2,479 → 2,513; at dim 128 (session 15 run
+// 3) qwen3-1.7b (2 query heads) 749 → 729 at context 128 and 743 → 727 at
+// 1,024, ministral-3-3b (4) 442 → 443 and 437 → 433.
+bool fuses_qkv_post(const PagedAttention& p, const QkvPost& post) {
+  if (env_is("TANDEM_CUDA_FUSE_QKV_POST", "0")) return false;
+  const bool pays =
+      p.head_dim >= 256 && p.heads / p.kv_heads + 2 <= attention_decode_chunked_warps(p.head_dim);
+  return (pays || env_is("TANDEM_CUDA_FUSE_QKV_POST", "1")) &&
+         attention_decode_chunked_fuses_post(p, post);
+}
+
+// The decode GEMVs' fused input norm, residual add and gated activation
+// (GemvFusion) on steps every projection takes as a GEMV, unless
+// TANDEM_CUDA_FUSE_GEMV=0 (for measuring them against the separate kernels).
+bool gemv_fusion_enabled() {
+  return !env_is("TANDEM_CUDA_FUSE_GEMV", "0");
+}
+
+// Gemma 4's per-layer block in two launches instead of four on fused
+// (sandwich) steps — the gate's activation times the per-layer input in the
+// gate GEMV's epilogue (GemvFusion::times), the block's output norm, residual
+// add and layer scalar in the next layer's q/k/v GEMV (pre_add,
+// pre_add_scale) — unless TANDEM_CUDA_FUSE_PLE=0 (for measuring).
+bool ple_fusion_enabled() {
+  return !env_is("TANDEM_CUDA_FUSE_PLE", "0");
+}
+
+}  // namespace tandem::cuda
