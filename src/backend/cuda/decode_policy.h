@@ -1,8 +1,8 @@
 // The CUDA decoder's tuning policy: which kernel paths a step takes and how
 // its attention splits, each a measured default that an environment switch
 // overrides for measuring (docs/architecture.md lists the switches;
-// decode_policy.cpp keeps the measurements that chose each default). Each
-// switch is read once, on first use.
+// decode_policy.cpp keeps the measurements that chose each default). The
+// counts are read once, on first use; the on/off switches at each call.
 #pragma once
 
 #include <cstdint>
