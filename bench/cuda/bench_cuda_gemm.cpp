@@ -63,7 +63,8 @@ double seconds_per_copy(const std::function<void()>& launch_all, int64_t copies,
 }
 
 // The decoder's GEMM (y[n, rows] = x[n, cols] · W[rows, cols]ᵀ, bf16 in, f32
-// out) as a cuBLASLt matmul: its descriptors and the heuristic's algorithms.
+// out) as a cuBLASLt matmul: its descriptors and the algorithms the
+// heuristic offers that can run it.
 struct LtGemm {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -86,6 +87,9 @@ struct LtGemm {
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, int(algos.size()),
                                                 algos.data(), &found));
     algos.resize(size_t(found));
+    std::erase_if(algos, [](const cublasLtMatmulHeuristicResult_t& r) {
+      return r.state != CUBLAS_STATUS_SUCCESS;
+    });
     cublasLtMatmulPreferenceDestroy(pref);
   }
   ~LtGemm() {
@@ -201,7 +205,6 @@ int main(int argc, char** argv) {
           const LtGemm g(lt, p.rows, p.cols, n, lt_ws.bytes());
           offered = int(g.algos.size());
           for (int r = 0; r < offered; ++r) {
-            if (g.algos[size_t(r)].state != CUBLAS_STATUS_SUCCESS) continue;
             const cublasLtMatmulAlgo_t* algo = &g.algos[size_t(r)].algo;
             auto launch_lt = [&] {
               for (const cuda::DeviceBuffer& w : weights)
