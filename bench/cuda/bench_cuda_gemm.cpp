@@ -26,6 +26,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/cublas_check.h"
+#include "backend/cuda/gemm_tuner.h"
 #include "backend/cuda/runtime.h"
 #include "cuda_bench_util.h"
 
@@ -61,44 +62,6 @@ double seconds_per_copy(const std::function<void()>& launch_all, int64_t copies,
   CUDA_CHECK(cudaGraphDestroy(graph));
   return s;
 }
-
-// The decoder's GEMM (y[n, rows] = x[n, cols] · W[rows, cols]ᵀ, bf16 in, f32
-// out) as a cuBLASLt matmul: its descriptors and the algorithms the
-// heuristic offers that can run it.
-struct LtGemm {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  std::vector<cublasLtMatmulHeuristicResult_t> algos;
-
-  LtGemm(cublasLtHandle_t lt, int64_t rows, int64_t cols, int64_t n, size_t workspace) {
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, uint64_t(cols), uint64_t(rows), cols));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, uint64_t(cols), uint64_t(n), cols));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, uint64_t(rows), uint64_t(n), rows));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
-    algos.resize(32);
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, int(algos.size()),
-                                                algos.data(), &found));
-    algos.resize(size_t(found));
-    std::erase_if(algos, [](const cublasLtMatmulHeuristicResult_t& r) {
-      return r.state != CUBLAS_STATUS_SUCCESS;
-    });
-    cublasLtMatmulPreferenceDestroy(pref);
-  }
-  ~LtGemm() {
-    cublasLtMatrixLayoutDestroy(c);
-    cublasLtMatrixLayoutDestroy(b);
-    cublasLtMatrixLayoutDestroy(a);
-    cublasLtMatmulDescDestroy(desc);
-  }
-};
 
 }  // namespace
 
@@ -202,10 +165,11 @@ int main(int argc, char** argv) {
         double best_s = 0;
         int best_rank = -1, offered = 0;
         if (lt_search) {
-          const LtGemm g(lt, p.rows, p.cols, n, lt_ws.bytes());
-          offered = int(g.algos.size());
+          const cuda::LtGemmShape g(p.rows, p.cols, n);
+          const std::vector<cublasLtMatmulAlgo_t> algos = g.algorithms(lt, lt_ws.bytes(), 32);
+          offered = int(algos.size());
           for (int r = 0; r < offered; ++r) {
-            const cublasLtMatmulAlgo_t* algo = &g.algos[size_t(r)].algo;
+            const cublasLtMatmulAlgo_t* algo = &algos[size_t(r)];
             auto launch_lt = [&] {
               for (const cuda::DeviceBuffer& w : weights)
                 CUBLAS_CHECK(cublasLtMatmul(lt, g.desc, &one, w.get(), g.a, x.get(), g.b, &zero,

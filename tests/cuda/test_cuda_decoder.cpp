@@ -306,6 +306,48 @@ TEST(CudaDecoderBatch, SequencesInOneStepMatchEachAlone) {
   }
 }
 
+// Decode graphs of more than 32 sequences run their projections through
+// cuBLAS; the decoder times cuBLASLt's algorithms for each such GEMM at the
+// first capture of a bucket (GemmTuner) and captures again with the
+// winners. The logits of 40 sequences decoding together must be those of
+// the decoder on cublasGemmEx's default (TANDEM_CUDA_GEMM_TUNE=0) within
+// 1e-3 x std (f32 sums in another order; measured equal on the H100).
+TEST(CudaDecoderBatch, TunedDecodeGemmsGiveTheDefaultLogits) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  for (const char* name : {"qwen3-bf16", "gemma3_text-bf16"}) {
+    auto model = load_model(fixture(name));
+    const ModelSpec& s = model->spec;
+    const int64_t V = s.vocab, sequences = 40, steps = 3;
+    auto run = [&](const char* tune) {
+      const ScopedEnv env("TANDEM_CUDA_GEMM_TUNE", tune);
+      KvPool kv_pool(s, 2 * sequences, 2 * sequences, /*host_storage=*/false, DType::BF16);
+      cuda::Decoder gpu(*model, kv_pool, 2 * sequences, 0, cuda::GemmInputs::Bf16);
+      std::vector<SequenceKv> kv(static_cast<size_t>(sequences));
+      std::vector<float> logits;
+      for (int64_t i = 0; i <= steps; ++i) {
+        // Step 0: each sequence's one-token prompt; then its continuation.
+        std::vector<int32_t> ids(static_cast<size_t>(sequences));
+        std::vector<float> out(size_t(sequences * V));
+        std::vector<SeqStep> step;
+        for (int64_t q = 0; q < sequences; ++q) {
+          ids[size_t(q)] = int32_t((q * 37 + i * 11 + 5) % V);
+          EXPECT_TRUE(kv_reserve(kv_pool, s, kv[size_t(q)], kv[size_t(q)].length + 1));
+          step.push_back(SeqStep{&ids[size_t(q)], 1, &kv[size_t(q)], out.data() + q * V, true});
+        }
+        gpu.step(step);
+        logits.insert(logits.end(), out.begin(), out.end());
+      }
+      return logits;
+    };
+    const std::vector<float> tuned = run("1"), plain = run("0");
+    const double err = relative_error(tuned, plain);
+    std::printf("[cuda batch] %s, 40 sequences, tuned GEMMs vs cublasGemmEx: %.2e x std\n", name,
+                err);
+    EXPECT_LE(err, 1e-3) << name;
+  }
+}
+
 // A step that carries decode tokens and a prefill chunk (the engine's
 // order: decode tokens first) splits its attention between the decode
 // kernel and the tensor-core prefill kernel; each sequence must still get

@@ -134,4 +134,22 @@ bool ple_fusion_enabled() {
   return !env_is("TANDEM_CUDA_FUSE_PLE", "0");
 }
 
+// The decode graphs' cuBLAS GEMMs on the fastest cuBLASLt algorithm
+// (GemmTuner) unless TANDEM_CUDA_GEMM_TUNE=0. Measured on the H100
+// (session 37, context 1,024, tok/s, cublasGemmEx -> tuned, two rounds
+// alternated): 32 sequences gemma-3-1b 18,072 -> 18,420 and 18,086 ->
+// 18,304, gemma-4-e2b 8,507 -> 8,560 and 8,519 -> 8,552, llama-3.2-1b
+// 17,718 -> 17,873 and 17,736 -> 17,870, qwen3-1.7b 9,000 -> 9,083 and
+// 9,045 -> 9,103, ministral-3-3b 6,910 -> 6,960 and 6,922 -> 6,963; 64 /
+// 128 sequences gemma-3-1b 28,922 -> 29,510 / 45,762 -> 46,660,
+// llama-3.2-1b 27,367 -> 27,508 / 38,931 -> 39,578. The heads' GEMMs gain
+// most (gemma-3-1b's at 32 tokens 221 -> 213 µs).
+bool gemm_tuning_enabled() {
+  return !env_is("TANDEM_CUDA_GEMM_TUNE", "0");
+}
+
+bool gemm_tuning_verbose() {
+  return env_is("TANDEM_CUDA_GEMM_TUNE", "verbose");
+}
+
 }  // namespace tandem::cuda

@@ -53,6 +53,10 @@ bool fuses_qkv_post(const PagedAttention& p, const QkvPost& post);
 bool gemv_fusion_enabled();
 // Gemma 4's per-layer block fused into the GEMVs around it.
 bool ple_fusion_enabled();
+// Decode graphs' cuBLAS GEMMs on algorithms GemmTuner times and chooses,
+// and whether each shape's times are logged (else one line a tuning).
+bool gemm_tuning_enabled();
+bool gemm_tuning_verbose();
 
 // Steps whose longest run of one sequence's tokens reaches this many take
 // attention_prefill (each query tile is 16 to 64 rows of mma work).

@@ -16,6 +16,7 @@
 #include "backend/cuda/cublas_check.h"
 #include "backend/cuda/decode_policy.h"
 #include "backend/cuda/device_matrix.h"
+#include "backend/cuda/gemm_tuner.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/dtype.h"
@@ -217,6 +218,9 @@ struct Decoder::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   DeviceBuffer blas_workspace;
+  // cuBLASLt algorithms chosen for the decode graphs' cuBLAS GEMMs
+  // (gemm_tuning_enabled; null: cublasGemmEx's default everywhere).
+  std::unique_ptr<GemmTuner> tuner;
 
   DevMatrix embed, head, ple_embed, ple_model_proj;
   bool head_tied = false;
@@ -262,6 +266,7 @@ struct Decoder::Impl {
   ~Impl() {
     for (auto& [b, g] : decode_graphs) cudaGraphExecDestroy(g);
     for (cudaEvent_t e : events) cudaEventDestroy(e);
+    tuner.reset();
     if (blas) cublasDestroy(blas);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -502,6 +507,9 @@ struct Decoder::Impl {
                          blocks.col_splits);
         return;
       }
+      // Decode graphs only: prefill's GEMMs keep the default.
+      if (tuner && capturing && r0 == 0 && m == rows && tuner->gemm(wrows, m, cols, hi, n, y))
+        return;
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(n), int(cols), &one,
                                 wrows, CUDA_R_16BF, int(cols), hi, CUDA_R_16BF, int(cols), &zero,
                                 y + r0, CUDA_R_32F, int(rows), CUBLAS_COMPUTE_32F,
@@ -1015,7 +1023,26 @@ struct Decoder::Impl {
            takes_skinny(L.ple_gate.buf.as<uint16_t>(), L.ple_gate.rows, L.ple_gate.cols, h_bf16, T);
   }
 
+  // A decode graph for bucket B; with the tuner, the shapes its first
+  // capture met for the first time are tuned (outside any capture) and the
+  // step captured again with their algorithms.
   cudaGraphExec_t capture_decode(int64_t B) {
+    cudaGraphExec_t exec = capture_decode_once(B);
+    if (!tuner || !tuner->pending()) return exec;
+    cudaGraphExecDestroy(exec);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<std::string> lines = tuner->tune();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "tandem: decode steps of %lld tokens: %zu GEMM shapes tuned in %.0f ms\n",
+                 (long long)B, lines.size(), ms);
+    if (gemm_tuning_verbose())
+      for (const std::string& line : lines)
+        std::fprintf(stderr, "tandem: decode GEMM %s\n", line.c_str());
+    return capture_decode_once(B);
+  }
+
+  cudaGraphExec_t capture_decode_once(int64_t B) {
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     capturing = true;
@@ -1103,6 +1130,8 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
   CUBLAS_CHECK(cublasSetStream(m.blas, m.stream));
   m.blas_workspace = DeviceBuffer(kBlasWorkspace);
   CUBLAS_CHECK(cublasSetWorkspace(m.blas, m.blas_workspace.get(), kBlasWorkspace));
+  if (gemm_tuning_enabled())
+    m.tuner = std::make_unique<GemmTuner>(m.blas, m.stream, m.blas_workspace.get(), kBlasWorkspace);
 
   // Weights.
   const auto t0 = std::chrono::steady_clock::now();
