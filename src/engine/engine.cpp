@@ -243,6 +243,7 @@ struct Engine::Impl {
     const bool bf16_gemm = resolve_gemm_precision(config.gemm_precision);
     decoder = make_step_runner(config.device, m, pool, *kv_pool,
                                config.step_token_budget + image_run, bf16_gemm);
+    decoder->prepare(config.max_concurrent);
     snapshot.gemm_precision = bf16_gemm ? "bf16" : "f32";
     snapshot.device = config.device.name();
     config.vision_budget = std::max<int64_t>(1, config.vision_budget);

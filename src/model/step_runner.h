@@ -29,6 +29,10 @@ class StepRunner {
   virtual const char* device_name() const = 0;
   // Whether steps may ask for sampling (SeqStep::sampling) instead of logits.
   virtual bool samples_on_device() const { return false; }
+  // Before the first request: readies what decode steps of up to
+  // `max_sequences` sequences need, so no request waits for it (the CUDA
+  // decoder tunes its decode GEMMs). Never throws; nothing for the CPU.
+  virtual void prepare(int64_t /*max_sequences*/) {}
 };
 
 }  // namespace tandem

@@ -1374,6 +1374,46 @@ int64_t Decoder::affine_gemv_max_tokens() {
   return env_count("TANDEM_AFFINE_GEMV_MAX_TOKENS", 8);
 }
 
+void Decoder::prepare(int64_t max_sequences) {
+  Impl& m = *impl_;
+  if (!m.tuner || !m.graphs) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    CUDA_CHECK(cudaSetDevice(m.device));
+    // A decode-only step's settings (step()); the graphs are captured only
+    // for the GEMMs they record, and dropped.
+    static const bool early_keys = !env_is("TANDEM_DECODE_EARLY_KEYS", "0");
+    m.one_token_per_sequence = early_keys;
+    m.key_class = 64;
+    m.prefill_tiles = m.decode_prefix = 0;
+    int64_t last = 0;
+    const int64_t most = std::min(max_sequences, m.max_tokens);
+    for (int64_t n = m.skinny_tokens + 1; n <= most; ++n) {
+      const int64_t B = graph_bucket(n, m.max_tokens);
+      if (B == last) continue;
+      last = B;
+      cudaGraphExecDestroy(m.capture_decode_once(B));
+    }
+    const std::vector<std::string> lines = m.tuner->tune();
+    const size_t shapes = lines.size();
+    if (gemm_tuning_verbose())
+      for (const std::string& line : lines)
+        std::fprintf(stderr, "tandem: decode GEMM %s\n", line.c_str());
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (shapes > 0)
+      std::fprintf(stderr,
+                   "tandem: %zu decode GEMM shapes tuned for steps of up to %lld sequences in "
+                   "%.0f ms\n",
+                   shapes, (long long)most, ms);
+  } catch (const Error& e) {
+    std::fprintf(stderr,
+                 "tandem: warning: tuning the decode GEMMs ahead failed (%s); each bucket is "
+                 "tuned at its first step instead\n",
+                 e.what());
+  }
+}
+
 bool Decoder::samples_on_device() const {
   return true;
 }

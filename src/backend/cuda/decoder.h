@@ -59,6 +59,11 @@ class Decoder : public StepRunner {
   // Penalties, greedy and temperature/top-k/top-p/min-p sampling run on the
   // device (backend/cuda/kernels.h sample_rows): only ids cross to the host.
   bool samples_on_device() const override;
+  // Tunes the cuBLAS GEMMs of the decode graphs of every bucket up to
+  // max_sequences rows (GemmTuner) at once, with one log line, so serving
+  // never waits for it; buckets met later are tuned at their first capture.
+  // A failure is logged and left to that later tuning.
+  void prepare(int64_t max_sequences) override;
 
   // Runs `batch` as step() does (its effects included) with a timing event
   // after every op: the device time of each kind of op summed over layers,

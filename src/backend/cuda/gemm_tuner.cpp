@@ -112,11 +112,11 @@ double GemmTuner::time_over(const Recorded& r, const std::function<void(const vo
   cudaEvent_t t0, t1;
   CUDA_CHECK(cudaEventCreate(&t0));
   CUDA_CHECK(cudaEventCreate(&t1));
-  // One warm-up replay, then at least 24 GEMMs (3 replays of a model's
-  // layers, 24 of a head): a step's first capture of a bucket waits for
-  // the tuning (measured on the H100: gemma-3-1b 96 ms at 32 tokens, 2
-  // shapes; 195 ms at 128, 5 shapes).
-  const int reps = std::max(3, int(24 / std::max<size_t>(1, r.weights.size())));
+  // One warm-up replay, then 3 of a model's layers or 8 of a head (~1.5
+  // ms a candidate either way at 1B shapes; a 3% margin stands above the
+  // noise). With 24 replays of a head, a bucket took 82-102 ms to tune at
+  // 24-32 tokens on the H100 (gate/up and the head), 157-195 ms at 128.
+  const int reps = std::max(3, int(8 / std::max<size_t>(1, r.weights.size())));
   CUDA_CHECK(cudaGraphLaunch(exec, stream_));
   CUDA_CHECK(cudaEventRecord(t0, stream_));
   for (int i = 0; i < reps; ++i) CUDA_CHECK(cudaGraphLaunch(exec, stream_));
