@@ -1,16 +1,18 @@
 // cuBLASLt algorithm choice for the decoder's batched decode GEMMs: the
-// projections of 17-128-token steps that cuBLAS runs (gate/up, the head).
+// projections that cuBLAS runs in decode graphs (past the skinny kernel's
+// widths: gate/up and the head from 17 tokens, every projection from 33).
 // cublasGemmEx takes the heuristic's first algorithm, chosen for the shape
 // alone; GemmTuner times that call against every algorithm the cuBLASLt
 // heuristic offers for the same GEMM, streaming every weight matrix of the
 // shape (a model's layers, several times the L2) as the decode step does,
 // and keeps the fastest where it wins by kMinGain.
 //
-// Use (Decoder::Impl::capture_decode): inside a graph capture, gemm() runs a
-// shape's chosen algorithm, or records the call and returns false (the
-// caller runs cublasGemmEx); after the capture, when pending(), tune()
-// times the recorded shapes (never during a capture) and the caller
-// captures again. y = x · Wᵀ: W [rows, cols] bf16 row-major, x [n, cols]
+// Use (Decoder::prepare, Decoder::Impl::capture_decode): inside a graph
+// capture, gemm() runs a shape's chosen algorithm, or records the call and
+// returns false (the caller runs cublasGemmEx); after the capture, when
+// pending(), tune() times the recorded shapes (never during a capture) and
+// the caller captures again (prepare: captures every bucket first, tunes
+// once, keeps no graph). y = x · Wᵀ: W [rows, cols] bf16 row-major, x [n, cols]
 // bf16, y [n, rows] f32 — the decoder's GEMM with no output offset.
 #pragma once
 
