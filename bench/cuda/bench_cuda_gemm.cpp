@@ -126,16 +126,11 @@ int main(int argc, char** argv) {
         {"down", 3072, 9216},
         {"head", 131072, 3072}}},
   };
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasHandle_t blas;
-  CUBLAS_CHECK(cublasCreate(&blas));
-  CUBLAS_CHECK(cublasSetStream(blas, stream));
-  cuda::DeviceBuffer blas_ws(size_t(32) << 20);
-  CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws.get(), blas_ws.bytes()));
-  cublasLtHandle_t lt;
-  CUBLAS_CHECK(cublasLtCreate(&lt));
-  cuda::DeviceBuffer lt_ws(blas_ws.bytes());
+  const bench::BlasOnStream handles;
+  cudaStream_t stream = handles.stream;
+  cublasHandle_t blas = handles.blas;
+  cublasLtHandle_t lt = handles.lt;
+  const cuda::DeviceBuffer& workspace = handles.workspace;
   for (const ModelShape& m : models) {
     if (!only.empty() && only != m.model) continue;
     for (const Projection& p : m.projections) {
@@ -166,15 +161,15 @@ int main(int argc, char** argv) {
         int best_rank = -1, offered = 0;
         if (lt_search) {
           const cuda::LtGemmShape g(p.rows, p.cols, n);
-          const std::vector<cublasLtMatmulAlgo_t> algos = g.algorithms(lt, lt_ws.bytes(), 32);
+          const std::vector<cublasLtMatmulAlgo_t> algos = g.algorithms(lt, workspace.bytes(), 32);
           offered = int(algos.size());
           for (int r = 0; r < offered; ++r) {
             const cublasLtMatmulAlgo_t* algo = &algos[size_t(r)];
             auto launch_lt = [&] {
               for (const cuda::DeviceBuffer& w : weights)
                 CUBLAS_CHECK(cublasLtMatmul(lt, g.desc, &one, w.get(), g.a, x.get(), g.b, &zero,
-                                            y.get(), g.c, y.get(), g.c, algo, lt_ws.get(),
-                                            lt_ws.bytes(), stream));
+                                            y.get(), g.c, y.get(), g.c, algo, workspace.get(),
+                                            workspace.bytes(), stream));
             };
             const double t = seconds_per_copy(launch_lt, copies, reps, stream);
             if (best_rank < 0 || t < best_s) best_s = t, best_rank = r;
@@ -203,7 +198,5 @@ int main(int argc, char** argv) {
       }
     }
   }
-  cublasLtDestroy(lt);
-  cublasDestroy(blas);
   return 0;
 }

@@ -71,15 +71,9 @@ int main() {
     return 1;
   }
   const int rows = 4096, cols = 2048, tokens = 32;
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasHandle_t blas;
-  CUBLAS_CHECK(cublasCreate(&blas));
-  CUBLAS_CHECK(cublasSetStream(blas, stream));
-  cuda::DeviceBuffer workspace(size_t(32) << 20);
-  CUBLAS_CHECK(cublasSetWorkspace(blas, workspace.get(), workspace.bytes()));
-  cublasLtHandle_t lt;
-  CUBLAS_CHECK(cublasLtCreate(&lt));
+  const bench::BlasOnStream handles;
+  cudaStream_t stream = handles.stream;
+  const cuda::DeviceBuffer& workspace = handles.workspace;
   cuda::DeviceBuffer w(size_t(rows) * cols * 2), x(size_t(tokens) * cols * 2),
       y(size_t(rows) * tokens * 4), out(4);
   const std::vector<__nv_bfloat16> ones(size_t(rows) * cols, __float2bfloat16(1.f));
@@ -119,23 +113,22 @@ int main() {
   probe(
       "cublasGemmEx (default algorithm)",
       [&] {
-        CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, tokens, cols, &one, w.get(),
-                                  CUDA_R_16BF, cols, x.get(), CUDA_R_16BF, cols, &zero, y.get(),
-                                  CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        CUBLAS_CHECK(cublasGemmEx(handles.blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, tokens, cols, &one,
+                                  w.get(), CUDA_R_16BF, cols, x.get(), CUDA_R_16BF, cols, &zero,
+                                  y.get(), CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
       },
       true);
   const cuda::LtGemmShape g(rows, cols, tokens);
-  const std::vector<cublasLtMatmulAlgo_t> algos = g.algorithms(lt, workspace.bytes(), 32);
+  const std::vector<cublasLtMatmulAlgo_t> algos = g.algorithms(handles.lt, workspace.bytes(), 32);
   for (size_t i = 0; i < algos.size(); ++i)
     probe(
         "cuBLASLt heuristic algorithm #" + std::to_string(i),
         [&] {
-          CUBLAS_CHECK(cublasLtMatmul(lt, g.desc, &one, w.get(), g.a, x.get(), g.b, &zero, y.get(),
-                                      g.c, y.get(), g.c, &algos[i], workspace.get(),
+          CUBLAS_CHECK(cublasLtMatmul(handles.lt, g.desc, &one, w.get(), g.a, x.get(), g.b, &zero,
+                                      y.get(), g.c, y.get(), g.c, &algos[i], workspace.get(),
                                       workspace.bytes(), stream));
         },
         true);
-  cublasLtDestroy(lt);
-  cublasDestroy(blas);
   return 0;
 }

@@ -134,6 +134,11 @@ bool ple_fusion_enabled() {
   return !env_is("TANDEM_CUDA_FUSE_PLE", "0");
 }
 
+bool early_keys_enabled() {
+  static const bool on = !env_is("TANDEM_DECODE_EARLY_KEYS", "0");  // for measuring
+  return on;
+}
+
 // The decode graphs' cuBLAS GEMMs on the fastest cuBLASLt algorithm
 // (GemmTuner) unless TANDEM_CUDA_GEMM_TUNE=0. Measured on the H100
 // (session 37, context 1,024, tok/s, cublasGemmEx -> tuned, two rounds

@@ -53,6 +53,9 @@ bool fuses_qkv_post(const PagedAttention& p, const QkvPost& post);
 bool gemv_fusion_enabled();
 // Gemma 4's per-layer block fused into the GEMVs around it.
 bool ple_fusion_enabled();
+// Decode-only steps copy each sequence's earlier keys before the PDL wait
+// (PagedAttention::one_new_key) unless TANDEM_DECODE_EARLY_KEYS=0.
+bool early_keys_enabled();
 // Decode graphs' cuBLAS GEMMs on algorithms GemmTuner times and chooses,
 // and whether each shape's times are logged (else one line a tuning).
 bool gemm_tuning_enabled();

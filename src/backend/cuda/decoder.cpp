@@ -1031,15 +1031,23 @@ struct Decoder::Impl {
     if (!tuner || !tuner->pending()) return exec;
     cudaGraphExecDestroy(exec);
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<std::string> lines = tuner->tune();
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const size_t shapes = tune_gemms();
     std::fprintf(stderr, "tandem: decode steps of %lld tokens: %zu GEMM shapes tuned in %.0f ms\n",
-                 (long long)B, lines.size(), ms);
+                 (long long)B, shapes, ms_since(t0));
+    return capture_decode_once(B);
+  }
+
+  // The tuner's pending shapes tuned, each one's line logged when
+  // gemm_tuning_verbose(); returns how many.
+  size_t tune_gemms() {
+    const std::vector<std::string> lines = tuner->tune();
     if (gemm_tuning_verbose())
       for (const std::string& line : lines)
         std::fprintf(stderr, "tandem: decode GEMM %s\n", line.c_str());
-    return capture_decode_once(B);
+    return lines.size();
+  }
+  static double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
   cudaGraphExec_t capture_decode_once(int64_t B) {
@@ -1382,8 +1390,7 @@ void Decoder::prepare(int64_t max_sequences) {
     CUDA_CHECK(cudaSetDevice(m.device));
     // A decode-only step's settings (step()); the graphs are captured only
     // for the GEMMs they record, and dropped.
-    static const bool early_keys = !env_is("TANDEM_DECODE_EARLY_KEYS", "0");
-    m.one_token_per_sequence = early_keys;
+    m.one_token_per_sequence = early_keys_enabled();
     m.key_class = 64;
     m.prefill_tiles = m.decode_prefix = 0;
     int64_t last = 0;
@@ -1394,18 +1401,12 @@ void Decoder::prepare(int64_t max_sequences) {
       last = B;
       cudaGraphExecDestroy(m.capture_decode_once(B));
     }
-    const std::vector<std::string> lines = m.tuner->tune();
-    const size_t shapes = lines.size();
-    if (gemm_tuning_verbose())
-      for (const std::string& line : lines)
-        std::fprintf(stderr, "tandem: decode GEMM %s\n", line.c_str());
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const size_t shapes = m.tune_gemms();
     if (shapes > 0)
       std::fprintf(stderr,
                    "tandem: %zu decode GEMM shapes tuned for steps of up to %lld sequences in "
                    "%.0f ms\n",
-                   shapes, (long long)most, ms);
+                   shapes, (long long)most, Impl::ms_since(t0));
   } catch (const Error& e) {
     std::fprintf(stderr,
                  "tandem: warning: tuning the decode GEMMs ahead failed (%s); each bucket is "
@@ -1463,8 +1464,7 @@ void Decoder::step(std::span<const SeqStep> batch) {
   // Decode steps replay a graph captured for a bucket of B >= tokens rows;
   // the padding rows decode token 0 at position 0 into the padding blocks.
   const bool graph = m.graphs && decode_only;
-  static const bool early_keys = !env_is("TANDEM_DECODE_EARLY_KEYS", "0");  // for measuring
-  m.one_token_per_sequence = decode_only && early_keys;
+  m.one_token_per_sequence = decode_only && early_keys_enabled();
   const int64_t T = graph ? graph_bucket(tokens, m.max_tokens) : tokens;
   int32_t* ids = m.host<int32_t>(m.off_ids);
   int32_t* ple_ids = m.host<int32_t>(m.off_ple_ids);
