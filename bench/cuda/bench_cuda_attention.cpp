@@ -10,16 +10,22 @@
 // combine), in µs per call and GB/s of K/V read; and 64 sequences of 1,024 keys each decoding
 // together. Every figure over f32 rows and over bf16 ones (the default on CUDA); decode over bf16
 // rows through both kernels (CUDA cores, and tensor cores where attention_decode_mma_supported).
+// Last, the chunked decode kernel (PagedAttention::chunked) at the decoder's split rule; its
+// calls cycle over copies of the cache that together exceed the L2, so the rows come from HBM
+// as in a step.
 //
-//   bench_cuda_attention [--json]
+//   bench_cuda_attention [--json] [--chunked-only]
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/decode_policy.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "cuda_bench_util.h"
@@ -95,16 +101,101 @@ struct CausalStep {
 
 }  // namespace
 
+// µs per call of `call(i)` for i = 0, 1, ... `reps` - 1, the calls captured
+// in one graph (launched one by one, the launch overhead would dominate).
+template <class Call>
+double graph_us_per_call(int reps, Call&& call) {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  call(0, stream);  // set-up
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < reps; ++i) call(i, stream);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  // One warm-up replay, then one timed.
+  const double seconds =
+      bench::seconds_per_call([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 1, stream);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return seconds * 1e6 / reps;
+}
+
+// The chunked decode kernel: `sequences` tokens, each attending `ctx` keys,
+// split as the decoder splits a chunked step (one split per 128 keys, at
+// most one block an SM per (token, kv head) and kChunkedMaxSplits), the
+// combine included.
+void bench_chunked(const Shape& sh, int64_t sequences, int64_t ctx, int sms, bool json) {
+  const int64_t units = sequences * sh.kv_heads;
+  const int64_t most = std::clamp<int64_t>(sms / units, 1, cuda::kChunkedMaxSplits);
+  const int keys = cuda::attention_decode_chunk_keys();
+  const int splits = int(std::clamp<int64_t>((ctx + keys - 1) / keys, 1, most));
+  const double kv_bytes = 2.0 * double(sequences * ctx * sh.kv_heads * sh.head_dim) * 2;
+  // Copies of the cache that together hold at least 256 MB (the H100's and
+  // H200's L2 is 50 MB), each with its own q, output and partials.
+  const int copies = int(std::clamp(256e6 / kv_bytes, 1.0, 16.0));
+  std::vector<std::unique_ptr<CausalStep>> steps;
+  std::vector<cuda::DeviceBuffer> partials;
+  for (int i = 0; i < copies; ++i) {
+    steps.push_back(std::make_unique<CausalStep>(sh, ctx, sequences, true, sequences));
+    partials.emplace_back(
+        cuda::attention_partial_floats(sequences, sh.heads, sh.head_dim, splits) * 4 + 4);
+  }
+  std::vector<cuda::PagedAttention> ps;
+  for (int i = 0; i < copies; ++i) {
+    cuda::PagedAttention p = steps[size_t(i)]->p;
+    p.splits = splits;
+    p.multiprocessors = sms;
+    p.chunked = true;
+    p.bf16_inputs = true;
+    p.one_new_key = true;
+    p.partial = partials[size_t(i)].as<float>();
+    ps.push_back(p);
+  }
+  if (!cuda::attention_decode_chunked_supported(ps[0])) return;
+  const double us = graph_us_per_call(20 * copies, [&](int i, cudaStream_t stream) {
+    CausalStep& st = *steps[size_t(i % copies)];
+    cuda::attention_paged(st.q.as<float>(), sequences, st.at, ps[size_t(i % copies)],
+                          st.out.as<float>(), stream, cuda::DecodeKernel::TensorCores);
+  });
+  const double gbs = kv_bytes / (us * 1e-6) / 1e9;
+  if (json)
+    std::printf(
+        "{\"shape\": \"%s\", \"kernel\": \"chunked decode\", \"sequences\": %lld, "
+        "\"context\": %lld, \"splits\": %d, \"us\": %.2f, \"kv_gbs\": %.1f}\n",
+        sh.model, (long long)sequences, (long long)ctx, splits, us, gbs);
+  else
+    std::printf(
+        "%-20s chunked decode, %2lld x context %5lld, %2d splits  %8.2f us  %7.1f GB/s of K/V\n",
+        sh.model, (long long)sequences, (long long)ctx, splits, us, gbs);
+}
+
 int main(int argc, char** argv) {
-  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  bool json = false, chunked_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json")) json = true;
+    if (!std::strcmp(argv[i], "--chunked-only")) chunked_only = true;
+  }
   if (!bench::have_device("bench_cuda_attention")) return 1;
+  const int sms = cuda::device_info(0).multiprocessors;
+  if (chunked_only) {
+    const std::vector<Shape> chunked_shapes = {
+        {"gemma-3-1b", 4, 1, 256}, {"qwen3-1.7b", 16, 8, 128}, {"ministral-3-3b", 32, 8, 128}};
+    for (const Shape& sh : chunked_shapes)
+      for (const int64_t n : {1, 8, 32})
+        for (const int64_t ctx : {160, 512, 1024, 4096})
+          if (n * sh.kv_heads <= cuda::decode_chunked_units(sh.head_dim))
+            bench_chunked(sh, n, ctx, sms, json);
+    return 0;
+  }
+  // Then everything below, and the chunked kernel at the end.
   const std::vector<Shape> shapes = {{"llama-3.2-1b", 32, 8, 64},
                                      {"qwen3-1.7b", 16, 8, 128},
                                      {"gemma-3-1b", 4, 1, 256},
                                      {"gemma-4-e2b global", 8, 1, 512}};
-  cudaEvent_t t0, t1;
-  CUDA_CHECK(cudaEventCreate(&t0));
-  CUDA_CHECK(cudaEventCreate(&t1));
   for (const Shape& sh : shapes)
     for (int64_t T : {512, 4096})
       for (const bool bf16 : {false, true}) {
@@ -163,7 +254,6 @@ int main(int argc, char** argv) {
       }
 
   // Decode: one token at position ctx - 1 of each of `sequences` sequences.
-  const int sms = cuda::device_info(0).multiprocessors;
   struct DecodeCase {
     int64_t sequences, ctx;
   };
@@ -186,34 +276,11 @@ int main(int argc, char** argv) {
             cuda::attention_partial_floats(n, sh.heads, sh.head_dim, p.splits) * 4 + 4);
         p.partial = partial.as<float>();
         if (variant == 2 && !cuda::attention_decode_mma_supported(p)) continue;
-        // 200 calls captured in one graph, as the decoder replays them
-        // (launched one by one, the launch overhead would dominate).
-        const int reps = 200;
-        cudaStream_t stream = nullptr;
-        CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        cuda::attention_paged(step.q.as<float>(), n, at, p, step.out.as<float>(), stream,
-                              kernel);  // set-up
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < reps; ++i)
+        // 200 calls captured in one graph, as the decoder replays them.
+        const double us = graph_us_per_call(200, [&](int, cudaStream_t stream) {
           cuda::attention_paged(step.q.as<float>(), n, at, p, step.out.as<float>(), stream, kernel);
-        cudaGraph_t graph = nullptr;
-        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-        cudaGraphExec_t exec = nullptr;
-        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        CUDA_CHECK(cudaGraphLaunch(exec, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        CUDA_CHECK(cudaEventRecord(t0, stream));
-        CUDA_CHECK(cudaGraphLaunch(exec, stream));
-        CUDA_CHECK(cudaEventRecord(t1, stream));
-        CUDA_CHECK(cudaEventSynchronize(t1));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
-        cudaStreamDestroy(stream);
-        const double us = ms * 1e3 / reps,
-                     gbs = 2.0 * double(n * ctx * kv_dim) * (bf16 ? 2 : 4) / (us * 1e-6) / 1e9;
+        });
+        const double gbs = 2.0 * double(n * ctx * kv_dim) * (bf16 ? 2 : 4) / (us * 1e-6) / 1e9;
         const char* rows = bf16 ? "bf16" : "f32";
         const char* cores = variant == 2 ? "tensor cores" : "CUDA cores";
         if (json)
@@ -228,5 +295,9 @@ int main(int argc, char** argv) {
               "GB/s of K/V\n",
               sh.model, (long long)n, (long long)ctx, rows, cores, p.splits, us, gbs);
       }
+  for (const Shape& sh : shapes)
+    for (const int64_t n : {1, 32})
+      if (n * sh.kv_heads <= cuda::decode_chunked_units(sh.head_dim))
+        bench_chunked(sh, n, 1024, sms, json);
   return 0;
 }
