@@ -427,32 +427,45 @@ TEST_F(CudaKernels, GemvPreAddMatchesTheUnfusedMath) {
 }
 
 // Batch 1's gated GEMV over more gate/up pairs than one wave of two-pair
-// warps holds at any occupancy (8 blocks of 8 warps on every SM): the
-// gated fusions and the gated pre_add one against the unfused math (the
-// blocks past the first wave, which a shape sized for one wave leaves out).
+// warps holds at any occupancy (8 blocks of 8 warps on every SM), and over
+// just more than one wave at its own occupancy (4 blocks an SM) with rows
+// of 3,072 columns, which splits them in 4 column shares (the past-a-wave
+// rule of column_split_in_waves; ministral-3-3b's gate/up): the gated
+// fusions and the gated pre_add one against the unfused math (the blocks
+// past the first wave, which a shape sized for one wave leaves out).
 TEST_F(CudaKernels, GemvGatedPastAWaveMatchesTheUnfusedMath) {
   const int sms = cuda::current_launch_limits().multiprocessors;
   ASSERT_GT(sms, 0);
-  const int64_t rows = 2 * (int64_t(8) * 8 * sms * 2 + 3), cols = 64;
-  const auto wf = random_floats(size_t(rows * cols), 24, 0.05f);
-  const auto w16 = to_bf16(wf);
-  std::vector<float> W(wf.size());
-  for (size_t i = 0; i < W.size(); ++i) W[i] = bf16_to_f32(w16[i]);
-  const auto x = random_floats(size_t(cols), 25, 2.f);
-  auto dw16 = upload(w16);
-  auto dx = upload(x);
-  std::vector<HostFusion> cases;
-  for (const HostFusion& f : fusion_cases(rows, cols))
-    if (f.gate != cuda::GemvGate::None) cases.push_back(f);
-  cases.push_back(pre_add_cases(rows, cols, 1).front());
-  ASSERT_EQ(cases.size(), 3u);
-  for (const HostFusion& f : cases) {
-    auto dy = upload(std::vector<float>(size_t(rows / 2), 0.f));
-    DeviceFusion df(f);
-    cuda::gemv_bf16(dw16.as<uint16_t>(), rows, cols, dx.as<float>(), 1, dy.as<float>(), nullptr,
-                    df.fusion);
-    expect_fused_gemv(download<float>(dy, size_t(rows / 2)), W, rows, cols, x, 1, f, {},
-                      std::to_string(rows) + "x" + std::to_string(cols) + " " + f.name);
+  const int64_t one_wave = int64_t(4) * 8 * sms;  // two-pair warps
+  struct Shape {
+    int64_t rows, cols;
+    int split;
+  };
+  for (const Shape sh :
+       {Shape{2 * (int64_t(8) * 8 * sms * 2 + 3), 64, 1}, Shape{4 * (one_wave + 8), 3072, 4}}) {
+    const int64_t rows = sh.rows, cols = sh.cols;
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+    EXPECT_EQ(cuda::gemv_bf16_split(rows, cols, 1, true), sh.split) << shape;
+    const auto wf = random_floats(size_t(rows * cols), 24, 0.05f);
+    const auto w16 = to_bf16(wf);
+    std::vector<float> W(wf.size());
+    for (size_t i = 0; i < W.size(); ++i) W[i] = bf16_to_f32(w16[i]);
+    const auto x = random_floats(size_t(cols), 25, 2.f);
+    auto dw16 = upload(w16);
+    auto dx = upload(x);
+    std::vector<HostFusion> cases;
+    for (const HostFusion& f : fusion_cases(rows, cols))
+      if (f.gate != cuda::GemvGate::None) cases.push_back(f);
+    cases.push_back(pre_add_cases(rows, cols, 1).front());
+    ASSERT_EQ(cases.size(), 3u);
+    for (const HostFusion& f : cases) {
+      auto dy = upload(std::vector<float>(size_t(rows / 2), 0.f));
+      DeviceFusion df(f);
+      cuda::gemv_bf16(dw16.as<uint16_t>(), rows, cols, dx.as<float>(), 1, dy.as<float>(), nullptr,
+                      df.fusion);
+      expect_fused_gemv(download<float>(dy, size_t(rows / 2)), W, rows, cols, x, 1, f, {},
+                        shape + " " + f.name);
+    }
   }
 }
 

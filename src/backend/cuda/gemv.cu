@@ -61,7 +61,8 @@ int column_split(int64_t units, int64_t chunks, int64_t min_chunks) {
   return split;
 }
 
-int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int blocks_per_sm) {
+int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int blocks_per_sm,
+                          bool past_wave) {
   // Measured on the H200 at batch 1, context 128, with 4 blocks an SM (tok/s,
   // the fill rule above / 100 / 125 / 150 percent): llama-3.2-1b 1,049 /
   // 1,197 / 1,197-1,201 / 1,169, ministral-3-3b 399 / 436 / 431-434 / 413,
@@ -77,6 +78,26 @@ int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int
                        current_launch_limits().multiprocessors / 100;
   int split = 1;
   while (split < 8 && units * split * 2 <= most && chunks / (2 * split) >= min_chunks) split *= 2;
+  // Between one wave of warp slots and two (ministral-3-3b's gate/up: 4,608
+  // units of two pairs for 4,224 slots of 132 SMs), the units past the
+  // first wave run nearly alone at the end, each at one warp's latency-bound
+  // pace. Split into the most column shares that keep kPastWaveMinChunks
+  // loads a row, the tail is shorter. Measured on the H100 at batch 1,
+  // context 128 (tok/s, shares 1 / 2 / 4 / 8, two runs): ministral-3-3b
+  // (384 chunks a row) 348.6 / 363.0 / 368.8 / 354.1 and 346.8 / 361.0 /
+  // 368.4 / 355.0; gemma-4-e2b (192 chunks; its double-wide gate/up)
+  // 388.3 / 394.1 / 376.5 / 339.6 and 386.1 / 394.4 / 378.5 / 342.6;
+  // with the rule (2 and 4 shares) against none: ministral 348.8 / 348.3 ->
+  // 365.3 / 367.8, at context 4,096 322.6 -> 336.8; gemma-4-e2b 393.7 /
+  // 394.5 -> 395.6 / 396.6. At batch 2 (gemma-4-e2b's gate/up, one pair a
+  // warp, in 2 shares) it lost 695.2 -> 675.2: callers ask for it at batch 1.
+  // TANDEM_CUDA_GEMV_PAST_WAVE=0 (for measuring) leaves such matrices whole.
+  constexpr int64_t kPastWaveMinChunks = 96;
+  static const bool past_wave_on = !env_is("TANDEM_CUDA_GEMV_PAST_WAVE", "0");
+  const int64_t slots =
+      int64_t(blocks_per_sm) * kWarpsPerBlock * current_launch_limits().multiprocessors;
+  if (past_wave && past_wave_on && split == 1 && units > slots && units <= 2 * slots)
+    while (split < 8 && chunks / (2 * split) >= kPastWaveMinChunks) split *= 2;
   return split;
 }
 
@@ -406,7 +427,7 @@ struct VecShape {
     if (N > kMaxSplitBatch || cols % 8 != 0) return 1;
     static const int resident =
         resident_blocks(reinterpret_cast<const void*>(gemv_bf16_vec<N, kRows, kUnroll, GATED, 1>));
-    return column_split_in_waves(units(rows), cols / 8, 16 * kUnroll, resident);
+    return column_split_in_waves(units(rows), cols / 8, 16 * kUnroll, resident, N == 1);
   }
 };
 

@@ -223,8 +223,11 @@ int column_split(int64_t units, int64_t chunks, int64_t min_chunks);
 // (TANDEM_CUDA_GEMV_WAVES, in percent: default 125; 0 never splits),
 // keeping at least `min_chunks` loads a warp: more warps put more loads in
 // flight, but past a wave the last blocks run on a device that has mostly
-// finished. Host side.
-int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int blocks_per_sm);
+// finished. With `past_wave` (batch 1), units between one wave and two are
+// split into column shares of at least 96 loads, which shortens the tail
+// their second wave leaves. Host side.
+int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int blocks_per_sm,
+                          bool past_wave);
 
 // Calls run(std::integral_constant<int, SPLIT>{}) for split 1, 2, 4 or 8.
 template <class Run>
