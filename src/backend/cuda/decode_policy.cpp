@@ -88,6 +88,10 @@ int64_t decode_chunked_units(int64_t head_dim) {
   return n >= 0 ? n : head_dim >= 256 ? 64 : 16;
 }
 
+int64_t one_warp_max_splits(int64_t keys) {
+  return std::max<int64_t>(std::clamp<int64_t>(keys / 32, 16, 32), keys / 64);
+}
+
 int64_t decode_chunked_split_keys() {
   static const int64_t n = std::max<int64_t>(
       1, env_count("TANDEM_DECODE_CHUNKED_SPLIT_KEYS", attention_decode_chunk_keys()));

@@ -27,15 +27,19 @@ int decode_key_warps();
 int64_t decode_warp_keys(int64_t tile_keys);
 
 // The most key splits of a (token, kv head) in one-warp decode blocks (head
-// dim 512, or any with TANDEM_DECODE_KEY_WARPS=1) up to 2,048 keys, one per
-// 64 keys above: measured on the H200 at batch 1 (tok/s at 16 / 32 / 64
-// splits), gemma-3-1b context 128 769 / 761 / 741, context 1024 731 / 753 /
-// 740; gemma-4-e2b 372 / 368 / 360 and 356 / 365 / 362; at context 4,096
+// dim 512, or any with TANDEM_DECODE_KEY_WARPS=1) over `keys` keys: 16 up to
+// 512 keys, one per 32 keys up to 32 splits (1,024 keys), then one per 64
+// keys. Measured on the H200 at batch 1 (tok/s at 16 / 32 / 64 splits),
+// gemma-3-1b context 128 769 / 761 / 741, context 1024 731 / 753 / 740;
+// gemma-4-e2b 372 / 368 / 360 and 356 / 365 / 362; at context 4,096
 // (one-warp blocks at dim 256) 32 splits or one per 64 keys: gemma-3-1b
-// 727 → 748, gemma-4-e2b 358 → 364. Key warps are not capped here: they
-// take up to attention_splits' 64 warps (llama-3.2-1b at context 4096: 872
-// with 32, 922 with 64; qwen3-1.7b 544 / 575).
-constexpr int64_t kOneWarpMaxSplits = 32;
+// 727 → 748, gemma-4-e2b 358 → 364. On the H100 (session 38, gemma-4-e2b,
+// 4 / 8 / 16 / 32, two runs): context 128 391.4 / 395.5 / 398.0 / 391.6 and
+// 392.9 / 394.8 / 397.3 / 394.4; context 1,024 (8 / 16 / 32) 387.3 / 386.8
+// / 388.3, at 8 and 32 sequences the same within 0.6%. Key warps are not
+// capped here: they take up to attention_splits' 64 warps (llama-3.2-1b at
+// context 4096: 872 with 32, 922 with 64; qwen3-1.7b 544 / 575).
+int64_t one_warp_max_splits(int64_t keys);
 
 // The chunked decode kernel (PagedAttention::chunked): the least head dim
 // that takes it, the most (token, kv head) units a step may have at a head

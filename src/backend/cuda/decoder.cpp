@@ -772,8 +772,8 @@ struct Decoder::Impl {
     const int64_t keys = p.window > 0 ? std::min<int64_t>(key_class, p.window) : key_class;
     // One-warp blocks: each split keeps at least decode_min_split_keys()
     // of the keys the step can attend here (unless that leaves SMs without a
-    // block), and there are at most kOneWarpMaxSplits (each is one more
-    // partial the combine kernel reads) until each would keep more than 64.
+    // block), and there are at most one_warp_max_splits(keys) (each is one
+    // more partial the combine kernel reads).
     // Where an SM holds fewer of these blocks than decode_blocks_per_sm()
     // aims for (dim 512: two), the splits stop at one wave of them: gemma-4-e2b's
     // global layers at 32 sequences ran 17 splits, 544 blocks in three waves
@@ -782,7 +782,7 @@ struct Decoder::Impl {
       if (!mma) return attention_splits(tokens, ls.kv_heads, multiprocessors);
       const int64_t units = tokens * ls.kv_heads;
       const int64_t floor = (multiprocessors + units - 1) / units;  // a block per SM
-      const int64_t most = std::max<int64_t>(kOneWarpMaxSplits, keys / 64);
+      const int64_t most = one_warp_max_splits(keys);
       const int64_t cap =
           std::min(most, std::max({int64_t(1), keys / decode_min_split_keys(), floor}));
       const int resident = attention_decode_one_warp_blocks_per_sm(p);
