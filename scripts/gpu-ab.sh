@@ -7,9 +7,12 @@
 #
 # A SETTING is a space-separated list of VAR=VALUE ("" for the defaults).
 # MODELS (default: the five shapes in bench/configs) and BATCHES (default
-# 32) choose the runs: bench_cuda_decode at context 1,024, 32 tokens, every
-# model at every batch under every setting, one JSON line each in
-# OUT_DIR/ab.jsonl with a "setting" field. PROFILE_MODEL (default
+# 32) choose the runs: bench_cuda_decode at CONTEXT (default 1,024) and
+# TOKENS (default 32), every model at every batch under every setting, the
+# settings alternated REPEATS times (default 1), one JSON line each in
+# OUT_DIR/ab.jsonl with a "setting" field, and one line each in
+# OUT_DIR/ab-summary.txt (setting, model, batch, context, tok/s, fraction
+# of the bandwidth or roofline), also printed. PROFILE_MODEL (default
 # gemma-3-1b) is also profiled op by op at the first batch under each
 # setting: OUT_DIR/ab-profile.txt (PROFILE_MODEL=none: no profiles). Errors
 # in OUT_DIR/ab-stderr.log.
@@ -41,15 +44,29 @@ bench() {
     timeout 120 "$build/bench_cuda_decode" "$@" | sed "s/^{/{\"setting\": \"${label:-defaults}\", /"
   )
 }
-for m in $models; do
-  for b in $batches; do
-    for s in "$@"; do
-      # shellcheck disable=SC2086 # BENCH_ARGS is a list of arguments
-      bench "$s" "bench/configs/$m.json" --context 1024 --tokens 32 --batch "$b" --prefill 16 \
-        ${BENCH_ARGS:-}
+context=${CONTEXT:-1024}
+tokens=${TOKENS:-32}
+repeats=${REPEATS:-1}
+r=0
+while [ "$r" -lt "$repeats" ]; do
+  r=$((r + 1))
+  for m in $models; do
+    for b in $batches; do
+      for s in "$@"; do
+        # shellcheck disable=SC2086 # BENCH_ARGS is a list of arguments
+        bench "$s" "bench/configs/$m.json" --context "$context" --tokens "$tokens" --batch "$b" \
+          --prefill 16 ${BENCH_ARGS:-}
+      done
     done
   done
 done >"$out/ab.jsonl" 2>"$out/ab-stderr.log"
+python3 - "$out/ab.jsonl" <<'SUMMARY' | tee "$out/ab-summary.txt"
+import json, sys
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    print(d["setting"], d["config"].split("/")[-1].removesuffix(".json"), "batch", d["batch"],
+          "context", d["context"], "%.1f tok/s" % d["decode_tok_s"], "%.1f%%" % (100 * d["fraction"]))
+SUMMARY
 
 [ "$profile_model" = none ] && exit 0
 first_batch=${batches%% *}
