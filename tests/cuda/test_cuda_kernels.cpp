@@ -446,6 +446,11 @@ TEST_F(CudaKernels, GemvGatedPastAWaveMatchesTheUnfusedMath) {
     const int64_t rows = sh.rows, cols = sh.cols;
     const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
     EXPECT_EQ(cuda::gemv_bf16_split(rows, cols, 1, true), sh.split) << shape;
+    const cuda::GemvLaunchShape launched = cuda::gemv_bf16_launch_shape(rows, cols, 1, true);
+    EXPECT_EQ(launched.split, sh.split) << shape;
+    EXPECT_EQ(launched.rows_per_warp, 4) << shape;                      // two gate/up pairs
+    EXPECT_EQ(launched.warps, (rows / 2 + 1) / 2 * sh.split) << shape;  // pairs, two a warp
+    EXPECT_EQ(launched.wave_warps, one_wave) << shape;                  // 4 blocks of 8 warps an SM
     const auto wf = random_floats(size_t(rows * cols), 24, 0.05f);
     const auto w16 = to_bf16(wf);
     std::vector<float> W(wf.size());

@@ -423,11 +423,23 @@ struct VecShape {
   static constexpr int kUnroll = N == 1 && GATED ? 1 : 2;
   // Warp units (WarpRows) of a matrix of `rows`.
   static int64_t units(int64_t rows) { return WarpRows<kRows, GATED>::units(rows); }
+  // Blocks of the kernel an SM holds (by its registers).
+  static int resident() {
+    static const int n =
+        resident_blocks(reinterpret_cast<const void*>(gemv_bf16_vec<N, kRows, kUnroll, GATED, 1>));
+    return n;
+  }
   static int split(int64_t rows, int64_t cols) {
     if (N > kMaxSplitBatch || cols % 8 != 0) return 1;
-    static const int resident =
-        resident_blocks(reinterpret_cast<const void*>(gemv_bf16_vec<N, kRows, kUnroll, GATED, 1>));
-    return column_split_in_waves(units(rows), cols / 8, 16 * kUnroll, resident, N == 1);
+    return column_split_in_waves(units(rows), cols / 8, 16 * kUnroll, resident(), N == 1);
+  }
+  static GemvLaunchShape shape(int64_t rows, int64_t cols) {
+    GemvLaunchShape g;
+    g.rows_per_warp = kRows;
+    g.split = split(rows, cols);
+    g.warps = units(rows) * g.split;
+    g.wave_warps = int64_t(resident()) * kWarpsPerBlock * current_launch_limits().multiprocessors;
+    return g;
   }
 };
 
@@ -497,6 +509,14 @@ int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated) {
   if (n == 2)
     return gated ? VecShape<2, true>::split(rows, cols) : VecShape<2, false>::split(rows, cols);
   return 1;
+}
+
+GemvLaunchShape gemv_bf16_launch_shape(int64_t rows, int64_t cols, int64_t n, bool gated) {
+  if (n == 1)
+    return gated ? VecShape<1, true>::shape(rows, cols) : VecShape<1, false>::shape(rows, cols);
+  if (n == 2)
+    return gated ? VecShape<2, true>::shape(rows, cols) : VecShape<2, false>::shape(rows, cols);
+  fail("gemv_bf16_launch_shape: batches of 1 and 2 only, got %lld", (long long)n);
 }
 
 bool gemv_pre_add_fits(int64_t n, int64_t cols) {

@@ -82,6 +82,16 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
 // fewest that give every SM 24 warps, TANDEM_CUDA_GEMV_WARPS). Batches of 1
 // and 2 only.
 int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated);
+// gemv_bf16's launch over 16-byte-aligned rows (cols % 8 == 0) at a batch of
+// 1 or 2: rows a warp streams (a gated warp's gate and up rows counted), the
+// column split, the warps launched, and the warps one wave of its blocks
+// holds on this device (every SM full) — warps / wave_warps past 1 leaves a
+// tail of warps running after the first wave. For benchmarks and tests.
+struct GemvLaunchShape {
+  int rows_per_warp = 0, split = 1;
+  int64_t warps = 0, wave_warps = 0;
+};
+GemvLaunchShape gemv_bf16_launch_shape(int64_t rows, int64_t cols, int64_t n, bool gated);
 
 // Whether gemv_bf16's sandwich-norm kernel (GemvFusion::pre_add) fits the
 // current device's shared memory for n batch rows of `cols` (it stages
