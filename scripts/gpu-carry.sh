@@ -17,7 +17,7 @@
 #
 # and copy the few files wanted to $OUT (only ~8 files come back per call).
 set -eu
-binaries=${CARRY_BINARIES:-"tandem_cuda_tests bench_cuda_decode bench_cuda_attention bench_cuda_gemm bench_cuda_vision tandem loadgen"}
+binaries=${CARRY_BINARIES:-"tandem_cuda_tests bench_cuda_decode bench_cuda_kernels bench_cuda_attention bench_cuda_gemm bench_cuda_vision tandem loadgen"}
 if [ "${1:-}" = "--lean" ]; then
   binaries="tandem_cuda_tests bench_cuda_decode"
   shift

@@ -4,7 +4,7 @@
 #   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [quick]
 #
 # BUILD_DIR holds a CUDA build (tandem, tandem_cuda_tests, bench_cuda_decode,
-# bench_cuda_attention, bench_cuda_vision;
+# bench_cuda_kernels, bench_cuda_attention, bench_cuda_vision;
 # built here or carried from a build machine with the same toolkit). Writes
 # OUT_DIR/cuda-tests.log (every CUDA kernel and the decoder against the CPU
 # backend), OUT_DIR/bench.jsonl (bench_cuda_decode: batch-1 decode at
@@ -12,7 +12,8 @@
 # 4096 tokens, for each model shape in bench/configs; 8-128 sequences for
 # llama-3.2-1b; 4- and 8-bit weights; f32 KV rows against the default
 # bf16), OUT_DIR/profile.txt (device time per
-# op of a decode step; gemma-3-1b's knockouts), OUT_DIR/attention.txt (bench_cuda_attention: the
+# op of a decode step; gemma-3-1b's knockouts), OUT_DIR/gemv.txt (bench_cuda_kernels: each
+# decode GEMV shape alone, its launch's waves and bandwidth), OUT_DIR/attention.txt (bench_cuda_attention: the
 # prefill and decode attention kernels alone), OUT_DIR/vision.jsonl and
 # vision-profile.txt (bench_cuda_vision: each tower's encode) and
 # OUT_DIR/serve.log (each demo model in models/, or the built-in one, served
@@ -87,7 +88,10 @@ fi >>"$out/bench.jsonl" 2>>"$out/bench-stderr.log"
 [ -x "$build/bench_cuda_vision" ] && [ "$mode" != quick ] &&
   timeout 150 "$build/bench_cuda_vision" --profile >"$out/vision.jsonl" 2>"$out/vision-profile.txt"
 
-# Prefill attention kernels alone (tensor-core prefill vs the decode kernel).
+# Each decode GEMV shape alone (its launch's waves and bandwidth), then the
+# attention kernels alone (tensor-core prefill vs the decode kernel).
+[ -x "$build/bench_cuda_kernels" ] && [ "$mode" != quick ] &&
+  timeout 300 "$build/bench_cuda_kernels" >"$out/gemv.txt" 2>&1
 [ -x "$build/bench_cuda_attention" ] && timeout 120 "$build/bench_cuda_attention" >"$out/attention.txt" 2>&1
 
 # Which ops take a decode step's time: the decoder's own per-op timing
