@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/blas_stream.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cublas_check.h"
 #include "backend/cuda/gemm_tuner.h"
@@ -126,7 +127,7 @@ int main(int argc, char** argv) {
         {"down", 3072, 9216},
         {"head", 131072, 3072}}},
   };
-  const bench::BlasOnStream handles;
+  const cuda::BlasOnStream handles;
   cudaStream_t stream = handles.stream;
   cublasHandle_t blas = handles.blas;
   cublasLtHandle_t lt = handles.lt;

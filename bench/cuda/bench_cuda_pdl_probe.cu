@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/blas_stream.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cublas_check.h"
 #include "backend/cuda/gemm_tuner.h"
@@ -71,7 +72,7 @@ int main() {
     return 1;
   }
   const int rows = 4096, cols = 2048, tokens = 32;
-  const bench::BlasOnStream handles;
+  const cuda::BlasOnStream handles;
   cudaStream_t stream = handles.stream;
   const cuda::DeviceBuffer& workspace = handles.workspace;
   cuda::DeviceBuffer w(size_t(rows) * cols * 2), x(size_t(tokens) * cols * 2),

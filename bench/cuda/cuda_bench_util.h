@@ -1,8 +1,6 @@
 // Helpers shared by the CUDA benchmark programs.
 #pragma once
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -11,7 +9,6 @@
 #include <string>
 
 #include "backend/cuda/check.h"
-#include "backend/cuda/cublas_check.h"
 #include "backend/cuda/runtime.h"
 
 namespace tandem::bench {
@@ -65,30 +62,5 @@ inline double seconds_per_call(const std::function<void()>& f, int reps,
   CUDA_CHECK(cudaEventDestroy(t1));
   return ms * 1e-3 / reps;
 }
-
-// A non-blocking stream with a cuBLAS handle on it, a cuBLASLt handle and
-// one 32 MiB workspace that both use (their calls run in stream order), as
-// the decoder has them.
-struct BlasOnStream {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  cuda::DeviceBuffer workspace{size_t(32) << 20};
-
-  BlasOnStream() {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    CUBLAS_CHECK(cublasCreate(&blas));
-    CUBLAS_CHECK(cublasSetStream(blas, stream));
-    CUBLAS_CHECK(cublasSetWorkspace(blas, workspace.get(), workspace.bytes()));
-    CUBLAS_CHECK(cublasLtCreate(&lt));
-  }
-  ~BlasOnStream() {
-    cublasLtDestroy(lt);
-    cublasDestroy(blas);
-    cudaStreamDestroy(stream);
-  }
-  BlasOnStream(const BlasOnStream&) = delete;
-  BlasOnStream& operator=(const BlasOnStream&) = delete;
-};
 
 }  // namespace tandem::bench

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/blas_stream.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cublas_check.h"
 #include "backend/cuda/gemm_tuner.h"
@@ -22,23 +23,6 @@ using namespace tandem;
 using namespace tandem::cuda_test;
 
 namespace {
-
-// A stream, a cuBLAS handle on it and a workspace, as the decoder has.
-struct Blas {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t handle = nullptr;
-  cuda::DeviceBuffer workspace{size_t(32) << 20};
-  Blas() {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    CUBLAS_CHECK(cublasCreate(&handle));
-    CUBLAS_CHECK(cublasSetStream(handle, stream));
-    CUBLAS_CHECK(cublasSetWorkspace(handle, workspace.get(), workspace.bytes()));
-  }
-  ~Blas() {
-    cublasDestroy(handle);
-    cudaStreamDestroy(stream);
-  }
-};
 
 struct Shape {
   int64_t rows, cols, n;
@@ -73,8 +57,8 @@ size_t misses(const std::vector<float>& y, const std::vector<uint16_t>& w,
 TEST(CudaGemmTuner, ChosenAlgorithmsComputeTheGemm) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
-  Blas blas;
-  cuda::GemmTuner tuner(blas.handle, blas.stream, blas.workspace.get(), blas.workspace.bytes(),
+  const cuda::BlasOnStream blas;
+  cuda::GemmTuner tuner(blas.blas, blas.stream, blas.workspace.get(), blas.workspace.bytes(),
                         /*min_gain=*/-2);
   for (const Shape s : {Shape{1000, 512, 40}, Shape{2304, 1152, 64}, Shape{136, 96, 33}}) {
     std::vector<std::vector<uint16_t>> w16;
@@ -127,8 +111,8 @@ TEST(CudaGemmTuner, ChosenAlgorithmsComputeTheGemm) {
 TEST(CudaGemmTuner, KeepsTheDefaultUnlessAnAlgorithmWinsByTheMargin) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
-  Blas blas;
-  cuda::GemmTuner tuner(blas.handle, blas.stream, blas.workspace.get(), blas.workspace.bytes());
+  const cuda::BlasOnStream blas;
+  cuda::GemmTuner tuner(blas.blas, blas.stream, blas.workspace.get(), blas.workspace.bytes());
   const Shape s{4096, 1024, 48};
   const auto w16 = to_bf16(random_floats(size_t(s.rows * s.cols), 11, 0.05f));
   const auto x16 = to_bf16(random_floats(size_t(s.n * s.cols), 12, 2.f));
@@ -144,7 +128,7 @@ TEST(CudaGemmTuner, KeepsTheDefaultUnlessAnAlgorithmWinsByTheMargin) {
   EXPECT_EQ(tuned, lines[0].find("the default") == std::string::npos) << lines[0];
   if (!tuned) {
     const float one = 1.f, zero = 0.f;
-    CUBLAS_CHECK(cublasGemmEx(blas.handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.rows), int(s.n),
+    CUBLAS_CHECK(cublasGemmEx(blas.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(s.rows), int(s.n),
                               int(s.cols), &one, dw.get(), CUDA_R_16BF, int(s.cols), dx.get(),
                               CUDA_R_16BF, int(s.cols), &zero, dy.get(), CUDA_R_32F, int(s.rows),
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
