@@ -109,17 +109,11 @@ double graph_us_per_call(int reps, Call&& call) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   call(0, stream);  // set-up
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < reps; ++i) call(i, stream);
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  // One warm-up replay, then one timed.
-  const double seconds =
-      bench::seconds_per_call([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 1, stream);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  const double seconds = bench::graph_seconds(
+      [&] {
+        for (int i = 0; i < reps; ++i) call(i, stream);
+      },
+      1, stream);
   cudaStreamDestroy(stream);
   return seconds * 1e6 / reps;
 }

@@ -46,24 +46,6 @@ struct ModelShape {
   std::vector<Projection> projections;  // the last one (head) has one copy
 };
 
-// Seconds of one launch_all() (one GEMM per weight copy) divided by the
-// copies, replayed as one CUDA graph.
-double seconds_per_copy(const std::function<void()>& launch_all, int64_t copies, int reps,
-                        cudaStream_t stream) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch_all();
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double s =
-      bench::seconds_per_call([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, reps, stream) /
-      double(copies);
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  return s;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,7 +137,7 @@ int main(int argc, char** argv) {
                                       int(p.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         };
         const int reps = head ? 20 : 10;
-        const double s = seconds_per_copy(launch_all, copies, reps, stream);
+        const double s = bench::graph_seconds(launch_all, reps, stream) / double(copies);
         // The fastest of cuBLASLt's algorithms: its µs and rank in the
         // heuristic's order (0: the heuristic's first choice).
         double best_s = 0;
@@ -172,7 +154,7 @@ int main(int argc, char** argv) {
                                             y.get(), g.c, y.get(), g.c, algo, workspace.get(),
                                             workspace.bytes(), stream));
             };
-            const double t = seconds_per_copy(launch_lt, copies, reps, stream);
+            const double t = bench::graph_seconds(launch_lt, reps, stream) / double(copies);
             if (best_rank < 0 || t < best_s) best_s = t, best_rank = r;
           }
         }

@@ -111,19 +111,12 @@ void bench_projection(const std::string& model, const Projection& p, double peak
       f.norm_weight = norm.as<float>();
       f.norm_eps = 1e-6f;
     }
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (const cuda::DeviceBuffer& w : weights)
-      cuda::gemv_bf16(w.as<uint16_t>(), p.rows, p.cols, x.as<float>(), n, y.as<float>(), stream, f);
-    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec = nullptr;
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double us =
-        1e6 *
-        bench::seconds_per_call([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 5, stream) /
-        double(copies);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    auto launch_all = [&] {
+      for (const cuda::DeviceBuffer& w : weights)
+        cuda::gemv_bf16(w.as<uint16_t>(), p.rows, p.cols, x.as<float>(), n, y.as<float>(), stream,
+                        f);
+    };
+    const double us = 1e6 * bench::graph_seconds(launch_all, 5, stream) / double(copies);
     const cuda::GemvLaunchShape shape = cuda::gemv_bf16_launch_shape(p.rows, p.cols, n, p.gated);
     const double waves = double(shape.warps) / double(shape.wave_warps);
     const double gbs = double(bytes) / (us * 1e-6) / 1e9;

@@ -63,4 +63,22 @@ inline double seconds_per_call(const std::function<void()>& f, int reps,
   return ms * 1e-3 / reps;
 }
 
+// Seconds of one replay of the CUDA graph that `record()` captures on
+// `stream` (its launches, in order), averaged over `reps` replays after one
+// warm-up replay: device time without per-launch host overhead, as the
+// decoder's graphs run.
+inline double graph_seconds(const std::function<void()>& record, int reps, cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  record();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double s =
+      seconds_per_call([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, reps, stream);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return s;
+}
+
 }  // namespace tandem::bench
