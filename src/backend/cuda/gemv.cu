@@ -48,12 +48,20 @@ int resident_blocks(const void* kernel) {
 }
 
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks) {
-  // The packed GEMV's rule (the bf16 GEMV's until the thirteenth session,
-  // when 66-register kernels held 3 blocks an SM). Measured then on the
-  // H200 at batch 1 (bf16, tok/s, 16 / 24 / 32 warps): llama 888 / 853 /
-  // 845, qwen3 576 / 571 / 557, gemma-3 729 / 755 / 751, ministral 336 /
-  // 354 / 355, gemma-4 360 / 365 / 365: 24 loses nowhere.
-  static const int64_t warps_per_sm = env_count("TANDEM_CUDA_GEMV_WARPS", 24);
+  // The packed GEMV's rule (the bf16 GEMV's until the thirteenth session).
+  // At 16 warps an SM the last doubling stops below 32 (the packed
+  // kernel's 4 blocks of 8 warps an SM): the largest split that stays
+  // within one wave of warp slots. 24 put ministral-3-3b's q/k/v, o and
+  // down, llama-3.2-1b's q/k/v, gemma-3-1b's down and gemma-4-e2b's q/k/v,
+  // o and down at 1.1-1.45 waves, whose last warps ran nearly alone.
+  // Measured on the H100 (session 39, --quantize 4, context 128, tok/s, 24
+  // -> 16, two runs alternated): batch 1 ministral 720.7 / 715.9 -> 764.0 /
+  // 763.3, llama 1,863 / 1,860 -> 1,910 / 1,907, gemma-3 1,180 / 1,178 ->
+  // 1,253 / 1,252, gemma-4 620.3 / 621.3 -> 662.0 / 655.5; batch 2
+  // ministral 1,126 -> 1,214, llama 2,761 -> 2,823, gemma-3 2,001 -> 2,073,
+  // gemma-4 991 -> 1,058, qwen3 1,649 -> 1,650 (its splits unchanged).
+  // 32 lost (ministral 730, llama 1,686 at batch 1, session 38).
+  static const int64_t warps_per_sm = env_count("TANDEM_CUDA_GEMV_WARPS", 16);
   if (warps_per_sm == 0) return 1;
   const int64_t want = warps_per_sm * current_launch_limits().multiprocessors;
   int split = 1;
@@ -72,7 +80,17 @@ int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int
   // 1,184, ministral 738 -> 753, gemma-3 1,380 -> 1,398, gemma-4 691 -> 714.
   // The packed GEMV tied under it (llama q4 1,523 -> 1,488, ministral 611 ->
   // 616) and keeps the fill rule.
-  static const int64_t waves_percent = env_count("TANDEM_CUDA_GEMV_WAVES", 125);
+  // One wave (100%) since session 39: on the H100 a launch just past one
+  // wave ran slower alone (bench_cuda_kernels, batch 1: gemma-3-1b's down,
+  // split 8 at 1.09 waves 9.16 us -> split 4 at 0.55 waves 7.83 us;
+  // gemma-4-e2b's 2,560-row q/k/v 6.45 -> 5.37 us, its 5,120-row q/k/v
+  // 9.30 -> 7.91 us; no other shape's split moves), and in the decode step
+  // (context 128, tok/s, 125% -> 100%, three runs alternated) gemma-4-e2b
+  // 395.3 / 395.2 / 394.1 -> 399.4 / 399.3 / 398.5, gemma-3-1b 832.2 /
+  // 827.5 / 834.1 -> 831.6 / 838.9 / 837.9 (session 38, another H100:
+  // +0.5-0.9%). The H200 figures above (thirteenth session, older kernels)
+  // had 125% ahead for gemma-3-1b: to be measured again there.
+  static const int64_t waves_percent = env_count("TANDEM_CUDA_GEMV_WAVES", 100);
   if (waves_percent == 0) return 1;
   const int64_t most = waves_percent * blocks_per_sm * kWarpsPerBlock *
                        current_launch_limits().multiprocessors / 100;

@@ -215,12 +215,14 @@ int resident_blocks(const void* kernel);
 
 // The column split for `units` warp units over rows of `chunks` loads: the
 // smallest power of two (at most 8) that gives the device's SMs
-// TANDEM_CUDA_GEMV_WARPS warps each (default 24; 0: never split), keeping
-// at least `min_chunks` loads a warp. The packed GEMV's. Host side.
+// TANDEM_CUDA_GEMV_WARPS warps each (default 16: with the packed kernel's 4
+// blocks of 8 warps an SM, the largest split within one wave; 0: never
+// split), keeping at least `min_chunks` loads a warp. The packed GEMV's.
+// Host side.
 int column_split(int64_t units, int64_t chunks, int64_t min_chunks);
 // The bf16 GEMV's (batches 1 and 2): the largest power of two (at most 8)
-// whose warps fit in 1.25 waves of `blocks_per_sm` blocks on every SM
-// (TANDEM_CUDA_GEMV_WAVES, in percent: default 125; 0 never splits),
+// whose warps fit in one wave of `blocks_per_sm` blocks on every SM
+// (TANDEM_CUDA_GEMV_WAVES, in percent: default 100; 0 never splits),
 // keeping at least `min_chunks` loads a warp: more warps put more loads in
 // flight, but past a wave the last blocks run on a device that has mostly
 // finished. With `past_wave` (batch 1), units between one wave and two are

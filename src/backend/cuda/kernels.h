@@ -77,10 +77,10 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
 
 // How many warps gemv_bf16 splits each warp unit's columns over for this
 // shape (1, 2, 4 or 8): more when the rows alone would leave the device's
-// SMs short of warps, and so of loads in flight: the most that fit in 1.25
-// waves (TANDEM_CUDA_GEMV_WAVES; gemv_affine over its packed words: the
-// fewest that give every SM 24 warps, TANDEM_CUDA_GEMV_WARPS). Batches of 1
-// and 2 only.
+// SMs short of warps, and so of loads in flight: the most that fit in one
+// wave (TANDEM_CUDA_GEMV_WAVES; gemv_affine over its packed words: the
+// fewest that give every SM 16 warps, TANDEM_CUDA_GEMV_WARPS, which is the
+// same within its 4 blocks an SM). Batches of 1 and 2 only.
 int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated);
 // gemv_bf16's launch over 16-byte-aligned rows (cols % 8 == 0) at a batch of
 // 1 or 2: rows a warp streams (a gated warp's gate and up rows counted), the
