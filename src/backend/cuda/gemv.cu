@@ -92,8 +92,9 @@ int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int
   // had 125% ahead for gemma-3-1b: to be measured again there.
   static const int64_t waves_percent = env_count("TANDEM_CUDA_GEMV_WAVES", 100);
   if (waves_percent == 0) return 1;
-  const int64_t most = waves_percent * blocks_per_sm * kWarpsPerBlock *
-                       current_launch_limits().multiprocessors / 100;
+  const int64_t slots =  // warps in one wave
+      int64_t(blocks_per_sm) * kWarpsPerBlock * current_launch_limits().multiprocessors;
+  const int64_t most = waves_percent * slots / 100;
   int split = 1;
   while (split < 8 && units * split * 2 <= most && chunks / (2 * split) >= min_chunks) split *= 2;
   // Between one wave of warp slots and two (ministral-3-3b's gate/up: 4,608
@@ -112,8 +113,6 @@ int column_split_in_waves(int64_t units, int64_t chunks, int64_t min_chunks, int
   // TANDEM_CUDA_GEMV_PAST_WAVE=0 (for measuring) leaves such matrices whole.
   constexpr int64_t kPastWaveMinChunks = 96;
   static const bool past_wave_on = !env_is("TANDEM_CUDA_GEMV_PAST_WAVE", "0");
-  const int64_t slots =
-      int64_t(blocks_per_sm) * kWarpsPerBlock * current_launch_limits().multiprocessors;
   if (past_wave && past_wave_on && split == 1 && units > slots && units <= 2 * slots)
     while (split < 8 && chunks / (2 * split) >= kPastWaveMinChunks) split *= 2;
   return split;
@@ -521,20 +520,16 @@ void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_
   CUDA_CHECK(cudaGetLastError());
 }
 
-int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated) {
-  if (n == 1)
-    return gated ? VecShape<1, true>::split(rows, cols) : VecShape<1, false>::split(rows, cols);
-  if (n == 2)
-    return gated ? VecShape<2, true>::split(rows, cols) : VecShape<2, false>::split(rows, cols);
-  return 1;
-}
-
 GemvLaunchShape gemv_bf16_launch_shape(int64_t rows, int64_t cols, int64_t n, bool gated) {
   if (n == 1)
     return gated ? VecShape<1, true>::shape(rows, cols) : VecShape<1, false>::shape(rows, cols);
   if (n == 2)
     return gated ? VecShape<2, true>::shape(rows, cols) : VecShape<2, false>::shape(rows, cols);
   fail("gemv_bf16_launch_shape: batches of 1 and 2 only, got %lld", (long long)n);
+}
+
+int gemv_bf16_split(int64_t rows, int64_t cols, int64_t n, bool gated) {
+  return n == 1 || n == 2 ? gemv_bf16_launch_shape(rows, cols, n, gated).split : 1;
 }
 
 bool gemv_pre_add_fits(int64_t n, int64_t cols) {
