@@ -74,7 +74,8 @@ inline std::vector<HostFusion> fusion_cases(int64_t rows, int64_t cols) {
 }
 
 // The sandwich-norm cases (GemvFusion::pre_add) for n batch rows of `cols`:
-// gemv_bf16 only (cols % 8 == 0, n ≤ kGemvPreAddMaxRows).
+// gemv_bf16 (cols % 8 == 0, n ≤ kGemvPreAddMaxRows) and gemv_affine. The
+// first is gated (left out for odd rows); the last has no input norm.
 inline std::vector<HostFusion> pre_add_cases(int64_t rows, int64_t cols, int64_t n) {
   std::vector<HostFusion> out(3);
   out[0].name = "pre_add + norm + gelu gate";
@@ -86,6 +87,15 @@ inline std::vector<HostFusion> pre_add_cases(int64_t rows, int64_t cols, int64_t
   for (HostFusion& f : out) {
     f.normalize = true;
     f.norm_weight = random_floats(size_t(cols), 16, 1.f);
+  }
+  // Gemma 4's per-layer gate after the MLP's output norm and residual add:
+  // the product takes h' itself, and its activation times a per-token vector.
+  HostFusion& times = out.emplace_back();
+  times.name = "pre_add, no norm, gelu times a per-token vector";
+  times.times_stride = rows + 3;
+  times.times = random_floats(size_t(kTimesRows * times.times_stride), 21, 2.f);
+  times.times_act = cuda::GemvGate::GeluTanh;
+  for (HostFusion& f : out) {
     f.pre_add = random_floats(size_t(n * cols), 17, 3.f);
     f.pre_add_weight = random_floats(size_t(cols), 18, 1.f);
   }

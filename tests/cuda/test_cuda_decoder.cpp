@@ -561,6 +561,43 @@ std::vector<float> gpu_one_token_logits(const Model& model, const std::vector<in
   return got;
 }
 
+// The prompt of a parity fixture (its reference.json).
+std::vector<int32_t> fixture_prompt(const std::string& dir) {
+  std::ifstream f(dir + "/reference.json");
+  return nlohmann::json::parse(f)["prompt"].get<std::vector<int32_t>>();
+}
+
+// How far the serving logits of `prompt` in steps of `step_tokens` move
+// when the decoder's switch `var` goes from "1" to "0" (relative_error).
+double switch_error(const Model& model, const std::vector<int32_t>& prompt, int64_t step_tokens,
+                    const char* var) {
+  auto run = [&](const char* value) {
+    const ScopedEnv env(var, value);
+    return gpu_serving_logits(model, prompt, step_tokens);
+  };
+  return relative_error(run("1"), run("0"));
+}
+
+// The op names of one profiled one-token step of `model` (its first
+// prompt token, bf16 KV rows, bf16 GEMM inputs), the decoder made under
+// the environment as it is.
+std::vector<std::string> one_token_step_ops(const Model& model, int32_t token) {
+  KvPool kv_pool = single_sequence_pool(model.spec, 2, 1, /*host_storage=*/false, DType::BF16);
+  cuda::Decoder gpu(model, kv_pool, 1, 0, cuda::GemmInputs::Bf16);
+  SequenceKv kv;
+  EXPECT_TRUE(kv_reserve(kv_pool, model.spec, kv, 1));
+  std::vector<float> logits(static_cast<size_t>(model.spec.vocab));
+  SeqStep step{&token, 1, &kv, logits.data(), false};
+  std::vector<std::string> names;
+  for (const auto& op : gpu.profile_step(std::span<const SeqStep>(&step, 1)))
+    names.push_back(op.op);
+  return names;
+}
+
+bool has_op(const std::vector<std::string>& ops, const std::string& name) {
+  return std::find(ops.begin(), ops.end(), name) != ops.end();
+}
+
 struct WideShape {
   const char* config;
   int64_t head_dim;
@@ -624,15 +661,9 @@ TEST(CudaDecoderPle, FoldedGlueMatchesTheSeparateLaunches) {
   for (const char* name : {"gemma4_text-bf16", "gemma4-bf16"}) {
     const std::string dir = fixture(name);
     auto model = load_model(dir);
-    std::ifstream f(dir + "/reference.json");
-    const std::vector<int32_t> prompt =
-        nlohmann::json::parse(f)["prompt"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> prompt = fixture_prompt(dir);
     for (const int64_t step_tokens : {int64_t(4), int64_t(16), int64_t(256)}) {
-      auto run = [&](const char* twins) {
-        const ScopedEnv env("TANDEM_CUDA_PLE_TWINS", twins);
-        return gpu_serving_logits(*model, prompt, step_tokens);
-      };
-      const double err = relative_error(run("1"), run("0"));
+      const double err = switch_error(*model, prompt, step_tokens, "TANDEM_CUDA_PLE_TWINS");
       std::printf(
           "[cuda decoder] %s steps of %lld: per-layer glue folded vs separate launches: %.2e x "
           "std\n",
@@ -640,6 +671,52 @@ TEST(CudaDecoderPle, FoldedGlueMatchesTheSeparateLaunches) {
       EXPECT_LE(err, 0.05) << name << ", steps of " << step_tokens;
     }
   }
+}
+
+// Gemma 4's MLP output norm and residual add inside the per-layer gate's
+// GEMV (GemvFusion::pre_add without an input norm, the decoder's
+// ple_gate_pre_add, the default) against its own residual_norm launch
+// (TANDEM_CUDA_PLE_GATE_PRE_ADD=0), on both Gemma 4 fixtures under the
+// serving numerics in steps of 1 and 2 tokens (the sandwich steps, where
+// the gate is a GEMV), bf16 and packed 4-bit (gemv_affine's quantize
+// kernel adds it there). The fused kernel sums the output's squares in
+// another order, so the two may differ by a few f32 ulp of h, which a bf16
+// K/V row can turn into a rounding step: within 0.05 x std, as the folded
+// glue above — and at 4 bits an int8 activation code (a step of max|x| /
+// 127 of its block): within bf16_rows_tolerance, 0.3 x std for these tiny
+// random models. Measured on the H100: bf16 3.9e-3 and 8.3e-3, 4-bit
+// 2.9e-5 (gemma4_text-bf16) and 0.178 (gemma4-bf16).
+TEST(CudaDecoderPle, MlpOutputAddedInThePerLayerGateMatchesItsOwnLaunch) {
+  std::string why;
+  if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  for (const char* name : {"gemma4_text-bf16", "gemma4-bf16"})
+    for (const int bits : {0, 4}) {
+      const std::string dir = fixture(name);
+      LoadOptions o;
+      o.quantize_bits = bits;
+      o.quantize_group_size = 64;
+      auto model = load_model(dir, o);
+      const std::vector<int32_t> prompt = fixture_prompt(dir);
+      // The switch moves the add: the fused gate GEMV runs and the MLP's
+      // own residual add does not, or the other way round.
+      for (const char* fused : {"1", "0"}) {
+        const ScopedEnv env("TANDEM_CUDA_PLE_GATE_PRE_ADD", fused);
+        const std::vector<std::string> ops = one_token_step_ops(*model, prompt.front());
+        const bool on = fused[0] == '1';
+        EXPECT_EQ(has_op(ops, "ple gate (+ residual, activation)"), on) << name << " " << fused;
+        EXPECT_EQ(has_op(ops, "residual + norm"), !on) << name << " " << fused;
+      }
+      for (const int64_t step_tokens : {int64_t(1), int64_t(2)}) {
+        const double err =
+            switch_error(*model, prompt, step_tokens, "TANDEM_CUDA_PLE_GATE_PRE_ADD");
+        std::printf(
+            "[cuda decoder] %s %s steps of %lld: MLP output added in the per-layer gate vs its own "
+            "launch: %.2e x std\n",
+            name, bits ? "4-bit" : "bf16", (long long)step_tokens, err);
+        EXPECT_LE(err, bits ? bf16_rows_tolerance(name) : 0.05)
+            << name << (bits ? " 4-bit" : " bf16") << ", steps of " << step_tokens;
+      }
+    }
 }
 
 // The attention kernels' quantized rows through the decoder (quantized_o:

@@ -551,10 +551,10 @@ TEST_F(CudaKernels, GemvRejectsFusionsItCannotDo) {
   EXPECT_THROW(
       cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x3.as<float>(), 1, y3.as<float>(), nullptr, no_out),
       Error);
-  cuda::GemvFusion no_norm = pre;
-  no_norm.normalize = false;
+  cuda::GemvFusion no_weight = pre;  // (no input norm is fine: Gemma 4's per-layer gate)
+  no_weight.pre_add_weight = nullptr;
   EXPECT_THROW(cuda::gemv_bf16(w.as<uint16_t>(), 64, 64, x3.as<float>(), 1, y3.as<float>(), nullptr,
-                               no_norm),
+                               no_weight),
                Error);
   // pre_add_scale needs pre_add; times needs its activation and excludes
   // the gate and the residual add.

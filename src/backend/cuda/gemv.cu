@@ -21,11 +21,8 @@ void check_fusion(const GemvFusion& f, int64_t rows, const char* what, bool pre_
         "%s: the sandwich-norm fusion (pre_add) runs only in gemv_affine and gemv_bf16 "
         "(cols %% 8 == 0, 16-byte aligned rows and batches of at most %lld)",
         what, (long long)kGemvPreAddMaxRows);
-  if (f.pre_add && (!f.normalize || !f.pre_add_weight || !f.residual_out))
-    fail(
-        "%s: the sandwich-norm fusion (pre_add) needs normalize, a pre_add_weight and a "
-        "residual_out",
-        what);
+  if (f.pre_add && (!f.pre_add_weight || !f.residual_out))
+    fail("%s: the sandwich-norm fusion (pre_add) needs a pre_add_weight and a residual_out", what);
   if (f.accumulate && f.gate != GemvGate::None)
     fail("%s: a gated GEMV cannot also accumulate into its output", what);
   if (f.times && (f.gate != GemvGate::None || f.accumulate || f.times_act == GemvGate::None))
@@ -231,10 +228,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
 }
 
 // GemvFusion::pre_add (Gemma's sandwich norms), cols % 8 == 0. Every block
-// first builds the normalized input row h' · norm_weight of each batch row
-// in shared memory, so its warps read it from there: per warp, pre_add's
-// four input vectors from L1/L2 cost more than the weights it streams
-// (measured: per-warp loads made Gemma's batch-1 step slower, not faster).
+// first builds each batch row's input — h' · norm_weight, normalized, or h'
+// itself without normalize — in shared memory, so its warps read it from
+// there: per warp, pre_add's four input vectors from L1/L2 cost more than
+// the weights it streams (measured: per-warp loads made Gemma's batch-1 step
+// slower, not faster).
 // The prologue is one pass over global memory: x, pre_add · pre_add_weight
 // and norm_weight go to shared memory while the block sums Σ pre_add², Σ x²,
 // Σ x·u and Σ u² (u = pre_add · pre_add_weight); then s1 = 1 / RMS(pre_add),
@@ -281,8 +279,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
   const int64_t quads = cols / 4;
   for (int64_t i = threadIdx.x; i < quads; i += blockDim.x) {
     const float4 pw = __ldg(reinterpret_cast<const float4*>(f.pre_add_weight) + i);
-    const float4 g = f.norm_weight ? __ldg(reinterpret_cast<const float4*>(f.norm_weight) + i)
-                                   : make_float4(1.f, 1.f, 1.f, 1.f);
+    const float4 g = f.normalize && f.norm_weight
+                         ? __ldg(reinterpret_cast<const float4*>(f.norm_weight) + i)
+                         : make_float4(1.f, 1.f, 1.f, 1.f);
     reinterpret_cast<float4*>(gs)[i] = g;
 #pragma unroll
     for (int t = 0; t < N; ++t) {
@@ -314,8 +313,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
     }
     s1[t] = inv_rms(oo, cols, f.norm_eps);
     const float k2 = f.pre_add_scale * f.pre_add_scale;  // Σ (k h')² = k² Σ h'²
-    s2[t] =
-        inv_rms(fmaxf(k2 * (xx + 2.f * s1[t] * xu + s1[t] * s1[t] * uu), 0.f), cols, f.norm_eps);
+    s2[t] = f.normalize ? inv_rms(fmaxf(k2 * (xx + 2.f * s1[t] * xu + s1[t] * s1[t] * uu), 0.f),
+                                  cols, f.norm_eps)
+                        : 1.f;
   }
   // h' = x + s1 · u: this block's share to residual_out, h' · g to hs.
   for (int64_t i = threadIdx.x; i < quads; i += blockDim.x) {

@@ -25,16 +25,19 @@ enum class GemvGate { None, SiLU, GeluTanh };
 //  - accumulate: y[t, r] += result (the residual add), else y[t, r] = result;
 //  - gate: W holds 2F rows, the gate's then the up projection's; y is
 //    [n, F] with y[t, j] = act(gate row j) · (up row j) (the gated MLP).
-//  - pre_add (Gemma's sandwich norms; with normalize, gemv_bf16 over
+//  - pre_add (Gemma's sandwich norms; gemv_affine, and gemv_bf16 over
 //    cols % 8 == 0 only): the input row is h' = x + rmsnorm(pre_add) ·
-//    pre_add_weight (eps norm_eps), normalized as above, and the kernel also
-//    writes h' to residual_out ([n, cols]; must not alias x or pre_add).
-//    So the residual add of a block's output norm and the next input norm
-//    ride in the next projection. Each thread block stages the normed h' in
-//    shared memory first (gemv.cu, gemv_bf16_pre_add). Batches of up to
+//    pre_add_weight (eps norm_eps), normalized as above when normalize is
+//    set (else the product takes h' itself), and the kernel also writes h'
+//    to residual_out ([n, cols]; must not alias x or pre_add). So the
+//    residual add of a block's output norm (and the next input norm) ride
+//    in the next projection. Each thread block stages h' in shared memory
+//    first (gemv.cu, gemv_bf16_pre_add). Batches of up to
 //    kGemvPreAddMaxRows rows. pre_add_scale multiplies h' (Gemma 4's layer
 //    scalar, when its per-layer block's output norm and residual add ride
-//    in the next layer's q/k/v projection).
+//    in the next layer's q/k/v projection). Without normalize: Gemma 4's
+//    per-layer gate, which reads the stream after the MLP's output norm
+//    and residual add.
 //  - times (not with gate or accumulate): y[t, r] = act(result) ·
 //    times[t · times_stride + r], act by times_act (Gemma 4's per-layer
 //    gate, whose activation multiplies the token's per-layer input).
