@@ -675,8 +675,8 @@ TEST(CudaDecoderPle, FoldedGlueMatchesTheSeparateLaunches) {
 
 // Gemma 4's MLP output norm and residual add inside the per-layer gate's
 // GEMV (GemvFusion::pre_add without an input norm, the decoder's
-// ple_gate_pre_add, the default) against its own residual_norm launch
-// (TANDEM_CUDA_PLE_GATE_PRE_ADD=0), on both Gemma 4 fixtures under the
+// ple_gate_pre_add: TANDEM_CUDA_PLE_GATE_PRE_ADD=1, the default over packed
+// gates) against its own residual_norm launch (=0), on both Gemma 4 fixtures under the
 // serving numerics in steps of 1 and 2 tokens (the sandwich steps, where
 // the gate is a GEMV), bf16 and packed 4-bit (gemv_affine's quantize
 // kernel adds it there). The fused kernel sums the output's squares in
@@ -698,11 +698,12 @@ TEST(CudaDecoderPle, MlpOutputAddedInThePerLayerGateMatchesItsOwnLaunch) {
       auto model = load_model(dir, o);
       const std::vector<int32_t> prompt = fixture_prompt(dir);
       // The switch moves the add: the fused gate GEMV runs and the MLP's
-      // own residual add does not, or the other way round.
-      for (const char* fused : {"1", "0"}) {
+      // own residual add does not, or the other way round. 1: over bf16
+      // gates too; the default ("packed"): over packed gates only.
+      for (const char* fused : {"1", "0", "packed"}) {
         const ScopedEnv env("TANDEM_CUDA_PLE_GATE_PRE_ADD", fused);
         const std::vector<std::string> ops = one_token_step_ops(*model, prompt.front());
-        const bool on = fused[0] == '1';
+        const bool on = fused[0] == '1' || (fused[0] == 'p' && bits == 4);
         EXPECT_EQ(has_op(ops, "ple gate (+ residual, activation)"), on) << name << " " << fused;
         EXPECT_EQ(has_op(ops, "residual + norm"), !on) << name << " " << fused;
       }

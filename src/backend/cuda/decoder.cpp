@@ -192,11 +192,16 @@ struct Decoder::Impl {
   bool fuse_ple = false;
   // With fuse_ple: the MLP's output norm and residual add ride in the
   // per-layer gate's GEMV too (GemvFusion::pre_add without normalize), on
-  // steps where that gate is a GEMV (ple_gate_adds_mlp_out), unless
-  // TANDEM_CUDA_PLE_GATE_PRE_ADD=0 (read when the decoder is made). It
-  // saves a residual_norm launch a layer. Measured on the H100 (session 40,
-  // gemma-4-e2b batch 1, context 128, tok/s, off -> on): 4-bit 661.5 / 662.0
-  // -> 673.3 / 673.1; bf16 382.6 / 382.7 -> 383.6 / 379.9 (noise).
+  // steps where that gate is a GEMV (ple_gate_adds_mlp_out), saving a
+  // residual_norm launch a layer — over packed gate weights, whose quantize
+  // kernel builds h' where it would have quantized h. Over bf16 the GEMV's
+  // staging prologue costs more than the launch. Measured on the H100
+  // (session 40, gemma-4-e2b, context 128, tok/s, two machines, off -> on):
+  // 4-bit batch 1 661.5 / 662.0 -> 673.3 / 673.1 and 664.0 / 661.4 -> 675.5
+  // / 676.8, batch 2 1,044 / 1,060 -> 1,077 / 1,068; bf16 batch 1 397.5 /
+  // 398.2 -> 395.4 / 396.8, batch 2 698.5 / 698.6 -> 689.5 / 690.4.
+  // TANDEM_CUDA_PLE_GATE_PRE_ADD (read when the decoder is made): 0 never,
+  // 1 over bf16 gates too, else (default, "packed") packed gates only.
   bool ple_gate_pre_add = false;
   // Gemma 4's per-layer block on steps of bf16 GEMMs (twins) and of fused
   // GEMVs short of the sandwich: its glue rides in the kernels beside it
@@ -1257,8 +1262,10 @@ Decoder::Decoder(const Model& model, KvPool& kv_pool, int64_t max_step_tokens, i
                    takes_pre_add(L.gate_up);
     m.fuse_ple = m.sandwich && s.ple_dim > 0 && ple_fusion_enabled();
     m.ple_gate_pre_add = m.fuse_ple && !env_is("TANDEM_CUDA_PLE_GATE_PRE_ADD", "0");
+    const bool bf16_gates_too = env_is("TANDEM_CUDA_PLE_GATE_PRE_ADD", "1");
     for (const Layer& L : m.layers)
-      m.ple_gate_pre_add = m.ple_gate_pre_add && takes_pre_add(L.ple_gate);
+      m.ple_gate_pre_add =
+          m.ple_gate_pre_add && takes_pre_add(L.ple_gate) && (L.ple_gate.affine || bf16_gates_too);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "tandem: %.2f GB of weights on %s (%s) in %.1f s\n", total / 1e9,
