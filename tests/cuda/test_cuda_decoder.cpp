@@ -676,10 +676,10 @@ TEST(CudaDecoderPle, FoldedGlueMatchesTheSeparateLaunches) {
 // Gemma 4's MLP output norm and residual add inside the per-layer gate's
 // GEMV (GemvFusion::pre_add without an input norm, the decoder's
 // ple_gate_pre_add: TANDEM_CUDA_PLE_GATE_PRE_ADD=1, the default over packed
-// gates) against its own residual_norm launch (=0), on both Gemma 4 fixtures under the
-// serving numerics in steps of 1 and 2 tokens (the sandwich steps, where
-// the gate is a GEMV), bf16 and packed 4-bit (gemv_affine's quantize
-// kernel adds it there). The fused kernel sums the output's squares in
+// gates) against its own residual_norm launch (=0), on both Gemma 4
+// fixtures under the serving numerics in steps of 1 and 2 tokens (the
+// sandwich steps, where the gate is a GEMV), bf16 and packed 4-bit
+// (gemv_affine's quantize kernel adds it there). The fused kernel sums the output's squares in
 // another order, so the two may differ by a few f32 ulp of h, which a bf16
 // K/V row can turn into a rounding step: within 0.05 x std, as the folded
 // glue above — and at 4 bits an int8 activation code (a step of max|x| /

@@ -610,7 +610,7 @@ struct Decoder::Impl {
       if (s.ple_dim > 0) {
         const bool defer = fuse == Fuse::Sandwich && fuse_ple && l + 1 < s.layers;
         // Applies the layer scalar too; may leave the next layer's normed input in x.
-        x_ready = per_layer_block(l, T, scalar, defer, fuse, mlp_into_ple);
+        x_ready = per_layer_block(l, T, scalar, defer, fuse);
         if (defer) pending = Pending{&layers[size_t(l)].ple_out_norm, scalar};
       } else if (scalar != 1.0f) {
         scale_inplace(hcur, T * D, scalar, stream);
@@ -963,19 +963,19 @@ struct Decoder::Impl {
   // defer (fuse_ple, Fuse::Sandwich steps): leave proj's output in `out`
   // for the next layer's q/k/v GEMV, which adds its norm and applies the
   // scalar (Pending).
-  // mlp_pending (ple_gate_adds_mlp_out): `out` holds the MLP's output, not
-  // yet normed and added to h; the gate GEMV does both (pre_add), writing
-  // the new h to hnext, which becomes hcur.
+  // Where ple_gate_adds_mlp_out, `out` holds the MLP's output, not yet
+  // normed and added to h; the gate GEMV does both (pre_add), writing the
+  // new h to hnext, which becomes hcur.
   // Returns whether it left layer l + 1's normed input in x (and its twin):
   // with ple_twins, on steps whose attention block takes x (Fuse::None and
   // Fuse::Gate), its residual add also computes that norm, and on twin steps
   // its GEMMs read bf16 copies that the kernels before them wrote (h's by
   // the MLP's residual add, the gated activation's by that kernel) instead
   // of a split_bf16 launch each.
-  bool per_layer_block(int64_t l, int64_t T, float scalar, bool defer, Fuse fuse,
-                       bool mlp_pending) {
+  bool per_layer_block(int64_t l, int64_t T, float scalar, bool defer, Fuse fuse) {
     const ModelSpec& s = spec;
     Layer& L = layers[size_t(l)];
+    const bool mlp_pending = ple_gate_adds_mlp_out(L, T, fuse);
     const int64_t D = s.hidden, P = s.ple_dim, LP = s.layers * P;
     float *gp = ple_gate.as<float>(), *op = out.as<float>(), *xp = x.as<float>();
     const bool twin_inputs = ple_twin_step();
