@@ -213,6 +213,9 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
           // copies (sm_90) or cp.async (as before sm_90: cp_async_only).
           bool chunked = false;
           bool cp_async_only = false;
+          // The chunked kernel's splits merged in a thread-block cluster
+          // (merge_in_cluster, 2 to 4 splits), not by the combine kernel.
+          bool merge = false;
         };
         std::vector<Variant> variants = {{}};
         if (mma) {
@@ -231,8 +234,14 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
             for (const bool bf16_inputs : {false, true})
               for (const bool cp_async_only : {false, true})
                 variants.push_back({1, one_new_key, 0, bf16_inputs, true, cp_async_only});
+        if (mma && cuda::attention_decode_chunked_supported(base) &&
+            cuda::attention_decode_cluster_max_splits(c.head_dim) >= 4)
+          for (const bool one_new_key : {false, true})
+            for (const bool bf16_inputs : {false, true})
+              variants.push_back({1, one_new_key, 0, bf16_inputs, true, false, true});
         for (const Variant& v : variants)
-          for (int splits : {1, 3, 7, 45, 128}) {
+          for (int splits :
+               v.merge ? std::vector<int>{2, 3, 4} : std::vector<int>{1, 3, 7, 45, 128}) {
             const double tol = v.bf16_inputs ? 1e-2 : mma ? 5e-5 : 2e-5;
             cuda::DeviceBuffer dout(want.size() * sizeof(float));
             cuda::DeviceBuffer partial(std::max<size_t>(4, cuda::attention_partial_floats(
@@ -246,7 +255,13 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
             gp.bf16_inputs = v.bf16_inputs;
             gp.chunked = v.chunked;
             gp.cp_async_only = v.cp_async_only;
+            gp.merge_in_cluster = v.merge;
             gp.partial = partial.as<float>();
+            // Merged in the cluster, the kernel writes no partials: they stay NaN.
+            if (v.merge) {
+              ASSERT_TRUE(cuda::attention_decode_chunked_merges(gp));
+              ASSERT_EQ(cudaMemset(partial.get(), 0xff, partial.bytes()), cudaSuccess);
+            }
             cuda::DeviceBuffer twin(want.size() * 2);
             gp.out_bf16 = twin.as<uint16_t>();
             // The tensor-core kernels also write the o projection's quantized input.
@@ -262,7 +277,8 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
                 std::to_string(c.ctx) + " splits " + std::to_string(splits) + " key warps " +
                 std::to_string(v.key_warps) + (v.one_new_key ? " one new key" : "") +
                 (v.multiprocessors ? " one stage" : "") + (v.bf16_inputs ? " bf16 inputs" : "") +
-                (v.chunked ? (v.cp_async_only ? " chunked (cp.async)" : " chunked") : "") + rows;
+                (v.chunked ? (v.cp_async_only ? " chunked (cp.async)" : " chunked") : "") +
+                (v.merge ? " merged in a cluster" : "") + rows;
             size_t bad = 0;
             for (size_t i = 0; i < got.size(); ++i) {
               const double err = std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i]));
@@ -274,6 +290,12 @@ TEST_F(CudaAttention, PagedAttentionMatchesCpu) {
             EXPECT_EQ(bad, 0u) << what;
             expect_twin(twin, got, what);
             if (quantizes) expect_quantized(codes, dout, c.n, q_dim, what);
+            if (v.merge) {
+              const auto left = download<uint32_t>(partial, partial.bytes() / 4);
+              EXPECT_EQ(std::count(left.begin(), left.end(), 0xffffffffu),
+                        std::ptrdiff_t(left.size()))
+                  << what << ": partials written, so the splits did not merge in the cluster";
+            }
           }
         if (mma)
           std::printf(
@@ -556,7 +578,8 @@ struct PostWeights {
 // the new cache rows within one bf16 step, every other row untouched.
 // Query-head groups of 1, 4, 8 and 16; own K/V or a shared source layer's
 // (q only); v norm and K = V (Gemma 4); the query temperature (Ministral
-// 3); splits 1 and 3; bf16 and hi/lo inputs; bulk copies and cp.async.
+// 3); splits 1 and 3, and 3 merged in a cluster (the reference through the
+// combine kernel); bf16 and hi/lo inputs; bulk copies and cp.async.
 TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
   struct FusedCase {
     int64_t heads, kv_heads, head_dim, n, ctx;
@@ -584,7 +607,11 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
 
     for (const bool bf16_inputs : {false, true})
       for (const bool cp_async_only : {false, true})
-        for (const int splits : {1, 3}) {
+        for (const int splits : {1, 3, -3}) {
+          // -3: three splits merged in a cluster (bulk copies, sm_90+).
+          const bool merge = splits < 0;
+          if (merge && (cp_async_only || cuda::attention_decode_cluster_max_splits(Dh) < 3))
+            continue;
           auto rk = upload(k0), rv = upload(v0), fk = upload(k0), fv = upload(v0);
           cuda::QkvPost post = weights.post(c.heads, c.kv_heads, Dh, stride, step.block_size);
           post.own_kv = c.own_kv;
@@ -599,19 +626,20 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
           p.scale = 1.f / std::sqrt(float(Dh));
           p.kv_bf16 = true;
           p.block_size = step.block_size;
-          p.splits = splits;
+          p.splits = std::abs(splits);
           p.chunked = true;
           p.one_new_key = true;
           p.bf16_inputs = bf16_inputs;
           p.cp_async_only = cp_async_only;
           cuda::DeviceBuffer partial(
-              std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, Dh, splits)) * 4);
+              std::max<size_t>(4, cuda::attention_partial_floats(c.n, c.heads, Dh, p.splits)) * 4);
           p.partial = partial.as<float>();
           const std::string what =
               "H" + std::to_string(c.heads) + " K" + std::to_string(c.kv_heads) + " Dh" +
               std::to_string(Dh) + " n " + std::to_string(c.n) + " splits " +
-              std::to_string(splits) + (c.own_kv ? "" : " shared kv") +
-              (bf16_inputs ? " bf16 inputs" : "") + (cp_async_only ? " cp.async" : "");
+              std::to_string(p.splits) + (merge ? " merged in a cluster" : "") +
+              (c.own_kv ? "" : " shared kv") + (bf16_inputs ? " bf16 inputs" : "") +
+              (cp_async_only ? " cp.async" : "");
           ASSERT_TRUE(cuda::attention_decode_chunked_supported(p)) << what;
 
           // Reference: qkv_post, then the chunked kernel over its q.
@@ -632,6 +660,7 @@ TEST_F(CudaAttention, ChunkedKernelFusesTheQkvPost) {
           p.k_base = fk.get();
           p.v_base = fv.get();
           ASSERT_TRUE(cuda::attention_decode_chunked_fuses_post(p, post)) << what;
+          p.merge_in_cluster = merge;
           cuda::attention_paged(dqkv.as<float>(), c.n, step.at, p, got_out.as<float>(), nullptr,
                                 cuda::DecodeKernel::TensorCores, &post);
 

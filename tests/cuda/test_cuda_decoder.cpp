@@ -611,10 +611,11 @@ constexpr WideShape kWideShapes[] = {{"gemma-3-1b", 256}, {"qwen3-1.7b", 128}};
 // query heads of dim 256 on one kv head) and Qwen3's (16 of dim 128 on 8): a
 // random bf16 checkpoint at that shape (WideHeadsModel) fed 300 tokens one
 // per step (graph replays, the chunked kernel with its copies before the PDL
-// wait, splits and their combine past 128 keys, qkv post inside it and as
-// its own kernel), with bf16 KV rows, against the CPU decoder rounding its
-// rows the same way: within 1e-2 × std, the fixtures' bf16-rows tolerance.
-// Gemma 3's shape also has sliding window 64 on layers 0 and 2.
+// wait, splits past 128 keys merged in a thread-block cluster and by the
+// combine kernel, qkv post inside it and as its own kernel), with bf16 KV
+// rows, against the CPU decoder rounding its rows the same way: within 1e-2
+// × std, the fixtures' bf16-rows tolerance. Gemma 3's shape also has
+// sliding window 64 on layers 0 and 2.
 TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
   std::string why;
   if (!have_gpu(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
@@ -626,17 +627,20 @@ TEST(CudaDecoderWideHeads, OneTokenStepsMatchTheCpuDecoder) {
     const std::vector<float> want = cpu_bf16_rows(model, ids, 0).first;
     // qkv post inside the chunked kernel and as its own kernel, whichever
     // the decoder's rule picks at this shape.
-    for (const bool fused : {true, false}) {
-      setenv("TANDEM_CUDA_FUSE_QKV_POST", fused ? "1" : "0", 1);
-      const std::vector<float> got = gpu_one_token_logits(model, ids);
-      unsetenv("TANDEM_CUDA_FUSE_QKV_POST");
-      const double err = relative_error(got, want);
-      std::printf(
-          "[cuda decoder] %s shape, head dim %lld, one token per step, qkv post %s: max|gpu - "
-          "cpu| = %.2e x std\n",
-          shape.config, (long long)shape.head_dim, fused ? "fused" : "unfused", err);
-      EXPECT_LE(err, 1e-2) << shape.config << (fused ? " qkv post fused" : " qkv post unfused");
-    }
+    for (const bool fused : {true, false})
+      for (const bool merged : {true, false}) {
+        const ScopedEnv post("TANDEM_CUDA_FUSE_QKV_POST", fused ? "1" : "0");
+        const ScopedEnv merge("TANDEM_DECODE_CLUSTER_MERGE", merged ? "1" : "0");
+        const std::vector<float> got = gpu_one_token_logits(model, ids);
+        const double err = relative_error(got, want);
+        const std::string how = std::string(fused ? "qkv post fused" : "qkv post unfused") +
+                                (merged ? ", splits merged in a cluster" : ", split combine");
+        std::printf(
+            "[cuda decoder] %s shape, head dim %lld, one token per step, %s: max|gpu - cpu| = "
+            "%.2e x std\n",
+            shape.config, (long long)shape.head_dim, how.c_str(), err);
+        EXPECT_LE(err, 1e-2) << shape.config << ", " << how;
+      }
   }
 }
 
@@ -724,7 +728,8 @@ TEST(CudaDecoderPle, MlpOutputAddedInThePerLayerGateMatchesItsOwnLaunch) {
 // 4-bit o projections on the GEMV path read them in place of a quantize
 // kernel's) at the wide heads' shapes quantized to 4 bits on load, one token
 // per step (the chunked kernel writing the rows itself, then, past 128
-// keys, the split combine): the logits must be exactly those of the
+// keys, the split combine or the cluster's first block, each tried on both
+// sides): the logits must be exactly those of the
 // decoder that quantizes the f32 attention output with the quantize kernel
 // (TANDEM_CUDA_QUANTIZED_O=0), since both give the o GEMV the same bytes —
 // and within 0.15 x std of the CPU decoder (int8 activations, bf16 rows):
@@ -742,21 +747,29 @@ TEST(CudaDecoderWideHeads, QuantizedAttentionRowsGiveTheQuantizeKernelsLogits) {
     const WideHeadsModel m(shape.config, o);
     const Model& model = *m.model;
     const std::vector<int32_t> ids = wide_heads_prompt();
-    auto run = [&](const char* quantized_o) {
-      const ScopedEnv env("TANDEM_CUDA_QUANTIZED_O", quantized_o);
-      return gpu_one_token_logits(model, ids);
-    };
-    const std::vector<float> in_attention = run("1"), by_quantize_kernel = run("0");
-    size_t differ = 0;
-    for (size_t i = 0; i < in_attention.size(); ++i)
-      differ += in_attention[i] != by_quantize_kernel[i];
-    EXPECT_EQ(differ, 0u) << shape.config << ": logits that differ of " << in_attention.size();
-    const double err = relative_error(in_attention, cpu_bf16_rows(model, ids, 0).first);
-    std::printf(
-        "[cuda decoder] %s shape 4-bit, quantized attention rows: %zu logits differ from the "
-        "quantize kernel's; max|gpu - cpu| = %.2e x std\n",
-        shape.config, differ, err);
-    EXPECT_LE(err, 0.15) << shape.config;
+    const std::vector<float> want = cpu_bf16_rows(model, ids, 0).first;
+    // Splits past 128 keys merged by the combine kernel, or in a cluster
+    // (whose first block then writes the rows): the same on both sides.
+    for (const char* merged : {"0", "1"}) {
+      const ScopedEnv merge("TANDEM_DECODE_CLUSTER_MERGE", merged);
+      auto run = [&](const char* quantized_o) {
+        const ScopedEnv env("TANDEM_CUDA_QUANTIZED_O", quantized_o);
+        return gpu_one_token_logits(model, ids);
+      };
+      const std::vector<float> in_attention = run("1"), by_quantize_kernel = run("0");
+      size_t differ = 0;
+      for (size_t i = 0; i < in_attention.size(); ++i)
+        differ += in_attention[i] != by_quantize_kernel[i];
+      const char* how = merged[0] == '1' ? "splits merged in a cluster" : "split combine";
+      EXPECT_EQ(differ, 0u) << shape.config << ", " << how << ": logits that differ of "
+                            << in_attention.size();
+      const double err = relative_error(in_attention, want);
+      std::printf(
+          "[cuda decoder] %s shape 4-bit, %s, quantized attention rows: %zu logits differ from "
+          "the quantize kernel's; max|gpu - cpu| = %.2e x std\n",
+          shape.config, how, differ, err);
+      EXPECT_LE(err, 0.15) << shape.config << ", " << how;
+    }
   }
 }
 

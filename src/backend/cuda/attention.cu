@@ -593,7 +593,7 @@ void attention_paged(const float* q, int64_t n, const StepLayout& at, const Page
     attention_decode_mma(q, n, at, pp, out, stream);
   else
     attention_cuda_cores(q, n, at, pp, out, stream);
-  if (p.splits == 1) return;
+  if (p.splits == 1 || (tensor_cores && attention_decode_chunked_merges(pp))) return;
   // A thread per dimension (128 to 512 threads), so each sums its splits once.
   const unsigned threads = unsigned(std::clamp<int64_t>((p.head_dim + 31) / 32 * 32, 128, 512));
   launch(attention_combine_kernel, unsigned(n * p.heads), threads, 0, stream, p, out);

@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(32 * DecodeShape<DH>::kWarps * KW)
                             r < G);
       if (r >= G) continue;
       store_row_fragment(p, out, o, half, half ? m1 : m0, half ? l1 : l0, t, int64_t(kvh) * G + r,
-                         split, DH, warp * DO, tq, warp == 0 && tq == 0);
+                         split, DH, warp * DO, tq, warp == 0 && tq == 0, p.splits == 1);
     }
   }
 }

@@ -42,6 +42,7 @@
 // token's position computes the new K and V rows, writes them to the
 // caches and places them in its chunk itself (not copied back): one kernel
 // fewer a layer.
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
@@ -86,6 +87,13 @@ struct ChunkShape {
   static constexpr size_t kOwnRows = kStats + size_t(4) * 2 * kWarps * kRows;  // [2][DH] bf16
   static constexpr size_t kBarrier = kOwnRows + size_t(2) * 2 * DH;
   static constexpr size_t kBytes = kBarrier + 16;
+  // A split's partial as another block of its cluster hands it over
+  // (merge_in_cluster): each thread's output fragments (its DPW / 8 n-tiles
+  // of 4 values) and its rows' m0, m1, l0, l1, stored value-major ([value]
+  // [thread]) so a warp's stores hit consecutive words. Split s > 0 writes
+  // slot s - 1 of the cluster's first block, past kBytes.
+  static constexpr int kSlotValues = kDimsPerWarp / 8 * 4 + 4;
+  static constexpr size_t kSlotBytes = size_t(4) * kSlotValues * kThreads;
   static_assert(kKeysPerWarp % 16 == 0 && kDimsPerWarp % 16 == 0, "whole ldmatrix pairs");
   static_assert(kBarrier % 8 == 0 && (kPitch * 2) % 16 == 0, "aligned rows and barrier");
   static_assert(kChunkKeys <= kThreads, "a thread per key row");
@@ -196,14 +204,77 @@ __device__ __forceinline__ void fused_qkv_post(const float* qkv, const QkvPost& 
   }
 }
 
+// The splits of a (token, kv head) merged inside their thread-block
+// cluster (PagedAttention::merge_in_cluster: the splits are one cluster,
+// rank = split), instead of by the combine kernel after the grid. Every
+// block but the first writes its threads' fragments, m and l (ChunkShape's
+// slot layout) into slot rank - 1 of the first block's shared memory
+// (`slots`, distributed shared memory); the cluster barrier publishes them;
+// the first block folds each slot into its own fragments, rescaled to the
+// larger running max, as the combine kernel does. Returns whether this block
+// holds the merged rows (the first). The barrier's first phase was armed at
+// the kernel's start (a relaxed arrive) and is waited on before any remote
+// store: a block's shared memory exists only once it runs. Every thread of
+// the block must call it.
+template <int NO>
+__device__ __forceinline__ bool merge_cluster_splits(float (&o)[NO][4], float& m0, float& m1,
+                                                     float& l0, float& l1, float* slots) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kValues = NO * 4 + 4;
+  const int tid = int(threadIdx.x), nt = int(blockDim.x);
+  const unsigned rank = __clusterRelativeBlockRank();
+  __cluster_barrier_wait();  // every block of the cluster has started
+  if (rank != 0) {
+    float* slot = static_cast<float*>(__cluster_map_shared_rank(slots, 0)) +
+                  size_t(rank - 1) * kValues * nt + tid;
+#pragma unroll
+    for (int n = 0; n < NO; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) slot[(4 * n + e) * nt] = o[n][e];
+    slot[(4 * NO) * nt] = m0;
+    slot[(4 * NO + 1) * nt] = m1;
+    slot[(4 * NO + 2) * nt] = l0;
+    slot[(4 * NO + 3) * nt] = l1;
+  }
+  __cluster_barrier_arrive();  // release: this block's slot stores
+  __cluster_barrier_wait();    // acquire: every block's
+  if (rank != 0) return false;
+  const unsigned blocks = __clusterSizeInBlocks();
+  for (unsigned r = 1; r < blocks; ++r) {
+    const float* slot = slots + size_t(r - 1) * kValues * nt + tid;
+    const float pm0 = slot[(4 * NO) * nt], pm1 = slot[(4 * NO + 1) * nt];
+    const float n0 = fmaxf(m0, pm0), n1 = fmaxf(m1, pm1);  // finite: m starts at -FLT_MAX
+    const float a0 = expf(m0 - n0), b0 = expf(pm0 - n0);
+    const float a1 = expf(m1 - n1), b1 = expf(pm1 - n1);
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+      o[n][0] = o[n][0] * a0 + slot[(4 * n) * nt] * b0;
+      o[n][1] = o[n][1] * a0 + slot[(4 * n + 1) * nt] * b0;
+      o[n][2] = o[n][2] * a1 + slot[(4 * n + 2) * nt] * b1;
+      o[n][3] = o[n][3] * a1 + slot[(4 * n + 3) * nt] * b1;
+    }
+    l0 = l0 * a0 + slot[(4 * NO + 2) * nt] * b0;
+    l1 = l1 * a1 + slot[(4 * NO + 3) * nt] * b1;
+    m0 = n0;
+    m1 = n1;
+  }
+  return true;
+#else
+  __trap();  // the host launches clusters on sm_90+ only
+  return false;
+#endif
+}
+
 // grid: (tokens · kv heads, splits); ChunkShape<DH>::kThreads threads;
 // ChunkShape<DH>::kBytes of shared memory. BQ: q·scale and the weights
 // rounded to bf16 (PagedAttention::bf16_inputs), else hi/lo parts. BULK:
-// one bulk copy per row (sm_90), else cp.async per 16 bytes.
+// one bulk copy per row (sm_90), else cp.async per 16 bytes. merge: the
+// grid's y is one cluster (merge_cluster_splits; sm_90+), and the shared
+// memory holds (splits - 1) slots past ChunkShape<DH>::kBytes.
 template <int DH, bool BQ, bool BULK>
 __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
     chunked_decode_kernel(const float* q, StepLayout at, PagedAttention p, QkvPost post, bool fused,
-                          float* __restrict__ out) {
+                          bool merge, float* __restrict__ out) {
   using S = ChunkShape<DH>;
   constexpr int NT = S::kThreads, NW = S::kWarps, KPW = S::kKeysPerWarp, DPW = S::kDimsPerWarp;
   constexpr int P = S::kPitch, WP = S::kWeightPitch, C = kChunkKeys;
@@ -226,6 +297,9 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   uint64_t* bars = reinterpret_cast<uint64_t*>(shared_raw + S::kBarrier);  // K, V
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   pdl_launch_dependents();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (merge) __cluster_barrier_arrive_relaxed();  // waited on in merge_cluster_splits
+#endif
   const int G = int(p.heads / p.kv_heads);
   const int64_t t = blockIdx.x / p.kv_heads;
   const int kvh = int(blockIdx.x % p.kv_heads), split = int(blockIdx.y);
@@ -464,15 +538,22 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
     }
   }
 
+  // Whole rows (every key seen) here, or partials for the combine kernel.
+  bool whole = p.splits == 1;
+  if (merge) {
+    whole = merge_cluster_splits<DPW / 8>(o, m0, m1, l0, l1,
+                                          reinterpret_cast<float*>(shared_raw + S::kBytes));
+    if (!whole) return;
+  }
   // Rows g and g + 8 are heads kvh · G + g and + 8 where below G.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = g + 8 * half;
     if (r >= G) continue;
     store_row_fragment(p, out, o, half, half ? m1 : m0, half ? l1 : l0, t, int64_t(kvh) * G + r,
-                       split, DH, warp * DPW, tq, warp == 0 && tq == 0);
+                       split, DH, warp * DPW, tq, warp == 0 && tq == 0, whole);
   }
-  if (!p.out_quantized || p.splits != 1) return;  // the split combine quantizes
+  if (!p.out_quantized || !whole) return;  // the split combine quantizes
   // The quantized rows (PagedAttention::out_quantized). A warp's dims are
   // whole 32-column blocks at head dim 256; below, a block spans warps, so
   // the rows go through shared memory — the K rows, which no warp reads
@@ -508,30 +589,45 @@ __global__ void __launch_bounds__(ChunkShape<DH>::kThreads)
   }
 }
 
+// merge: the splits as one cluster each, with their slots.
 template <int DH, bool BQ, bool BULK>
 void launch_chunked(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
-                    const QkvPost& post, bool fused, float* out, cudaStream_t stream) {
+                    const QkvPost& post, bool fused, bool merge, float* out, cudaStream_t stream) {
   using S = ChunkShape<DH>;
   const auto kernel = chunked_decode_kernel<DH, BQ, BULK>;
   static_assert(S::kBytes > (size_t(48) << 10), "opts in to more than 48 KiB");
   allow_opt_in_shared_memory(reinterpret_cast<const void*>(kernel));
-  launch(kernel, grid, S::kThreads, S::kBytes, stream, q, at, p, post, fused, out);
+  const size_t bytes = S::kBytes + (merge ? size_t(p.splits - 1) * S::kSlotBytes : 0);
+  launch_clustered(kernel, grid, S::kThreads, bytes, stream, merge ? dim3(1, grid.y) : dim3(1), q,
+                   at, p, post, fused, merge, out);
 }
 
 template <int DH>
 void launch_chunked(dim3 grid, const float* q, const StepLayout& at, const PagedAttention& p,
-                    const QkvPost& post, bool fused, bool bulk, float* out, cudaStream_t stream) {
+                    const QkvPost& post, bool fused, bool bulk, bool merge, float* out,
+                    cudaStream_t stream) {
   if (p.bf16_inputs) {
     if (bulk)
-      launch_chunked<DH, true, true>(grid, q, at, p, post, fused, out, stream);
+      launch_chunked<DH, true, true>(grid, q, at, p, post, fused, merge, out, stream);
     else
-      launch_chunked<DH, true, false>(grid, q, at, p, post, fused, out, stream);
+      launch_chunked<DH, true, false>(grid, q, at, p, post, fused, merge, out, stream);
   } else {
     if (bulk)
-      launch_chunked<DH, false, true>(grid, q, at, p, post, fused, out, stream);
+      launch_chunked<DH, false, true>(grid, q, at, p, post, fused, merge, out, stream);
     else
-      launch_chunked<DH, false, false>(grid, q, at, p, post, fused, out, stream);
+      launch_chunked<DH, false, false>(grid, q, at, p, post, fused, merge, out, stream);
   }
+}
+
+// The most splits of one cluster at head dim DH: the slots of all but the
+// first must fit beside the kernel's own shared memory, and a portable
+// cluster has at most 8 blocks.
+template <int DH>
+int cluster_max_splits() {
+  using S = ChunkShape<DH>;
+  const size_t optin = current_launch_limits().smem_optin;
+  if (!clusters_supported() || optin < S::kBytes) return 1;
+  return int(std::min<size_t>(8, 1 + (optin - S::kBytes) / S::kSlotBytes));
 }
 
 }  // namespace
@@ -548,6 +644,17 @@ int attention_decode_chunked_warps(int64_t head_dim) {
 
 int attention_decode_chunk_keys() {
   return kChunkKeys;
+}
+
+int attention_decode_cluster_max_splits(int64_t head_dim) {
+  if (head_dim == 64) return cluster_max_splits<64>();
+  if (head_dim == 128) return cluster_max_splits<128>();
+  if (head_dim == 256) return cluster_max_splits<256>();
+  return 1;
+}
+
+bool attention_decode_chunked_merges(const PagedAttention& p) {
+  return p.chunked && p.merge_in_cluster && p.splits > 1;
 }
 
 bool attention_decode_chunked_fuses_post(const PagedAttention& p, const QkvPost& post) {
@@ -571,16 +678,22 @@ void attention_decode_chunked(const float* q, int64_t n, const StepLayout& at,
         "attention_decode_chunked: cannot fuse this qkv post (decode steps over bf16 rows with "
         "RoPE over the whole head of %lld dims only; rotary dims %lld)",
         (long long)p.head_dim, (long long)post->rotary_dim);
+  const bool merge = attention_decode_chunked_merges(p);
+  if (merge && p.splits > attention_decode_cluster_max_splits(p.head_dim))
+    fail(
+        "attention_decode_chunked: %d splits of head dim %lld cannot merge in one cluster (at "
+        "most %d on this device; clear merge_in_cluster to merge with the combine kernel)",
+        p.splits, (long long)p.head_dim, attention_decode_cluster_max_splits(p.head_dim));
   const bool bulk = current_launch_limits().cc_major >= 9 && !p.cp_async_only;
   const dim3 grid(unsigned(n * p.kv_heads), unsigned(p.splits));
   const QkvPost none;
   const QkvPost& qp = post ? *post : none;
   if (p.head_dim == 64)
-    launch_chunked<64>(grid, q, at, p, qp, post != nullptr, bulk, out, stream);
+    launch_chunked<64>(grid, q, at, p, qp, post != nullptr, bulk, merge, out, stream);
   else if (p.head_dim == 128)
-    launch_chunked<128>(grid, q, at, p, qp, post != nullptr, bulk, out, stream);
+    launch_chunked<128>(grid, q, at, p, qp, post != nullptr, bulk, merge, out, stream);
   else
-    launch_chunked<256>(grid, q, at, p, qp, post != nullptr, bulk, out, stream);
+    launch_chunked<256>(grid, q, at, p, qp, post != nullptr, bulk, merge, out, stream);
   CUDA_CHECK(cudaGetLastError());
 }
 

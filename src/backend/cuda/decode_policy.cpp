@@ -103,6 +103,31 @@ int64_t decode_min_split_keys() {
   return n;
 }
 
+// The chunked kernel's splits merged inside a thread-block cluster
+// (PagedAttention::merge_in_cluster) instead of by the combine kernel after
+// it: TANDEM_DECODE_CLUSTER_MERGE=0 never, 1 on every chunked step, else on
+// steps of at most kClusterMergeMaxUnits (token, kv head) units whose
+// attention does not also write the o projection's 4-bit input. Measured on
+// the H100 (session 41, tok/s, combine -> cluster, context 128 unless
+// said): bf16 batch 1 gemma-3-1b 826.7 / 824.5 -> 854.2 / 853.6 and
+// gemma-4-e2b 394.1 / 393.5 -> 399.6 / 401.8 (one unit: one cluster a
+// layer), batch 2 gemma-3-1b 1,325 / 1,343 -> 1,372 / 1,382 and gemma-4-e2b
+// 696.2 / 697.7 -> 707.5 / 709.2, gemma-3-1b at context 4,096 786.1 ->
+// 790.4; but with 8 units qwen3-1.7b 604.5 / 603.8 -> 570.7 / 572.3 and
+// ministral-3-3b 368.8 / 368.3 -> 343.7 / 341.9 at batch 1, gemma-3-1b at
+// 8 and 32 sequences (context 1,024) 5,547 -> 5,150 and 18,155 -> 16,854,
+// gemma-4-e2b 2,616 -> 2,449 and 8,632 -> 8,589; packed 4-bit at batch 1
+// gemma-3-1b 1,224 / 1,230 / 1,226 -> 1,209 / 1,199 / 1,207, gemma-4-e2b
+// 672.5 / 670.0 / 670.8 -> 654.5 / 670.4 / 674.0 (qwen3-1.7b, 8 units: 1,107
+// -> 1,179, one run). Why more clusters lose is not measured. The combine
+// kernel's two earlier replacements lost everywhere (the last block merging
+// through atomic counters, session 28; the o GEMV's prologue, session 40).
+bool cluster_merge_enabled(int64_t units, bool quantized_out) {
+  if (env_is("TANDEM_DECODE_CLUSTER_MERGE", "0")) return false;
+  if (env_is("TANDEM_DECODE_CLUSTER_MERGE", "1")) return true;
+  return units <= kClusterMergeMaxUnits && !quantized_out;
+}
+
 // Decode steps on the chunked attention kernel fold qkv_post into it
 // (attention_decode_chunked_fuses_post) at head dim 256 and up when each of
 // the block's warps then takes at most one head — the G query heads and the
@@ -113,7 +138,9 @@ int64_t decode_min_split_keys() {
 // 1,462; gemma-4-e2b (8: 10 over 8 warps, two warps take two heads) 451 →
 // 437 and 436 → 431, 8 sequences 2,479 → 2,513; at dim 128 (session 15 run
 // 3) qwen3-1.7b (2 query heads) 749 → 729 at context 128 and 743 → 727 at
-// 1,024, ministral-3-3b (4) 442 → 443 and 437 → 433.
+// 1,024, ministral-3-3b (4) 442 → 443 and 437 → 433. Gemma 4's kv-shared
+// layers (8 query heads and no K and V: one head a warp) fused too lost on
+// the H100 (session 41, batch 1, context 128: 404.3 / 404.7 → 399.6 / 401.8).
 bool fuses_qkv_post(const PagedAttention& p, const QkvPost& post) {
   if (env_is("TANDEM_CUDA_FUSE_QKV_POST", "0")) return false;
   const bool pays =

@@ -49,6 +49,12 @@ int64_t decode_chunked_units(int64_t head_dim);
 int64_t decode_chunked_split_keys();
 // The most splits of a chunked step.
 constexpr int64_t kChunkedMaxSplits = 64;
+// Whether the splits of a chunked step of `units` (token, kv head) units (up
+// to attention_decode_cluster_max_splits) merge in a thread-block cluster
+// instead of by the combine kernel; quantized_out: the attention also
+// writes the o projection's 4-bit input (PagedAttention::out_quantized).
+constexpr int64_t kClusterMergeMaxUnits = 2;
+bool cluster_merge_enabled(int64_t units, bool quantized_out);
 
 // Whether a decode step on the chunked kernel folds qkv_post into it.
 bool fuses_qkv_post(const PagedAttention& p, const QkvPost& post);

@@ -819,14 +819,18 @@ struct Decoder::Impl {
     // 13,922 → 14,027, gemma-4-e2b 6,619 → 6,525, llama equal.
     const bool chunked =
         mma && Dh >= decode_chunked_min_dim() && attention_decode_chunked_supported(p);
-    auto plan_keys = [&](int64_t tokens) {
+    // quantized_out: the attention also writes the o projection's 4-bit input.
+    auto plan_keys = [&](int64_t tokens, bool quantized_out) {
       const int64_t units = tokens * ls.kv_heads;
       const int64_t most = std::clamp<int64_t>(multiprocessors / units, 1, kChunkedMaxSplits);
       const int64_t want = (keys + decode_chunked_split_keys() - 1) / decode_chunked_split_keys();
       p.chunked = chunked && units <= decode_chunked_units(Dh) && (Dh >= 256 || want <= most);
+      p.merge_in_cluster = false;
       if (p.chunked) {
         p.key_warps = 1;
         p.splits = int(std::clamp<int64_t>(want, 1, most));
+        p.merge_in_cluster = cluster_merge_enabled(units, quantized_out) && p.splits > 1 &&
+                             p.splits <= attention_decode_cluster_max_splits(Dh);
         return;
       }
       p.key_warps = key_warps;
@@ -846,8 +850,8 @@ struct Decoder::Impl {
     // Decode steps on the chunked kernel may do qkv_post's work inside it
     // (fuses_qkv_post).
     const bool prefill_attention = prefill_tiles > 0 && L.prefill_kernel;
-    if (!prefill_attention) plan_keys(T);
     const bool qo = !prefill_attention && !leaves_out("attention") && quantized_o(L, T, p);
+    if (!prefill_attention) plan_keys(T, qo);
     if (qo) p.out_quantized = attn_codes.as<uint8_t>();
     const bool fuse_post = !prefill_attention && p.chunked && one_token_per_sequence &&
                            !leaves_out("qkv post") && !leaves_out("attention") &&
@@ -861,7 +865,7 @@ struct Decoder::Impl {
                       &post);
     } else if (prefill_attention) {
       if (decode_prefix > 0) {
-        plan_keys(decode_prefix);
+        plan_keys(decode_prefix, false);
         attention_paged(qp, decode_prefix, at, p, attn.as<float>(), stream);
       }
       attention_prefill(qp, at, dev<int32_t>(off_tiles), prefill_tiles, p, attn.as<float>(),

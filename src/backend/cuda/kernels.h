@@ -262,6 +262,12 @@ struct PagedAttention {
   // kv head) units, where a block's instruction chain, not the rows' bytes,
   // sets the time. splits then cut the keys over blocks; key_warps is unused.
   bool chunked = false;
+  // The chunked kernel only: with 2 to attention_decode_cluster_max_splits
+  // splits, each (token, kv head)'s splits run as one thread-block cluster
+  // and merge through distributed shared memory (sm_90+), so the combine
+  // kernel does not run (attention_decode_chunked_merges); the partial
+  // buffer is then unused.
+  bool merge_in_cluster = false;
   // Tests: the chunked kernel copies rows with cp.async (as before sm_90)
   // even where bulk copies exist.
   bool cp_async_only = false;
@@ -333,6 +339,11 @@ void attention_decode_mma(const float* q, int64_t n, const StepLayout& at, const
 bool attention_decode_chunked_supported(const PagedAttention& p);
 int attention_decode_chunk_keys();
 int attention_decode_chunked_warps(int64_t head_dim);  // 8, or 4 at head dim 64
+// The most splits the chunked kernel merges in one cluster at this head dim
+// on the current device (PagedAttention::merge_in_cluster; 1: none, as
+// before sm_90), and whether it merges p's splits so (no combine kernel).
+int attention_decode_cluster_max_splits(int64_t head_dim);
+bool attention_decode_chunked_merges(const PagedAttention& p);
 // The same contract on tensor cores (flash attention) for steps that carry
 // runs of a sequence's consecutive tokens (prefill chunks): `tiles` (device,
 // [2 · n_tiles]) holds each query tile's first and one-past-last step token,

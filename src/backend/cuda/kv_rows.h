@@ -112,7 +112,8 @@ __device__ __forceinline__ float* split_partial(const PagedAttention& p, int64_t
 
 // One query row of a warp's mma output fragment — o[n][2·half] and
 // o[n][2·half + 1] hold dims dim0 + 8n + 2·tq and + 1 (n < NO) — for head
-// h of token t: normalized by its sum l into out (p.splits == 1), else
+// h of token t: normalized by its sum l into out when `whole` (the row has
+// seen every key: p.splits == 1, or its splits are merged already), else
 // unnormalized into split `split`'s partial, whose m and l the lane with
 // `writes_ml` stores.
 template <int NO>
@@ -120,8 +121,8 @@ __device__ __forceinline__ void store_row_fragment(const PagedAttention& p, floa
                                                    const float (&o)[NO][4], int half, float m,
                                                    float l, int64_t t, int64_t h, int split,
                                                    int64_t dim, int64_t dim0, int tq,
-                                                   bool writes_ml) {
-  if (p.splits == 1) {
+                                                   bool writes_ml, bool whole) {
+  if (whole) {
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int64_t at = (t * p.heads + h) * dim + dim0 + 2 * tq;
 #pragma unroll

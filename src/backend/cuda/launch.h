@@ -47,14 +47,16 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 // Included only by .cu files (the launch syntax below needs nvcc).
-// cluster_x > 1 launches thread-block clusters of that many consecutive
-// blocks along x (sm_90+; the grid's x a multiple of it; the caller checks
-// the device), for kernels that share shared memory across a cluster.
+// A cluster of more than one block launches thread-block clusters of that
+// shape (sm_90+; each grid dimension a multiple of the cluster's; the
+// caller checks the device), for kernels that share shared memory across a
+// cluster.
 template <class... Params, class... Args>
 void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, unsigned cluster_x, Args&&... args) {
+                      cudaStream_t stream, dim3 cluster, Args&&... args) {
   const bool pdl = pdl_enabled();
-  if (!pdl && cluster_x <= 1) {  // the ordinary launch
+  const bool clustered = cluster.x * cluster.y * cluster.z > 1;
+  if (!pdl && !clustered) {  // the ordinary launch
     kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
     CUDA_CHECK(cudaGetLastError());
     return;
@@ -70,11 +72,11 @@ void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
     attr[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[count++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster_x > 1) {
+  if (clustered) {
     attr[count].id = cudaLaunchAttributeClusterDimension;
-    attr[count].val.clusterDim.x = cluster_x;
-    attr[count].val.clusterDim.y = 1;
-    attr[count++].val.clusterDim.z = 1;
+    attr[count].val.clusterDim.x = cluster.x;
+    attr[count].val.clusterDim.y = cluster.y;
+    attr[count++].val.clusterDim.z = cluster.z;
   }
   cfg.attrs = attr;
   cfg.numAttrs = count;
@@ -84,7 +86,7 @@ void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             Args&&... args) {
-  launch_clustered(kernel, grid, block, smem, stream, 1u, std::forward<Args>(args)...);
+  launch_clustered(kernel, grid, block, smem, stream, dim3(1), std::forward<Args>(args)...);
 }
 
 }  // namespace tandem::cuda

@@ -266,7 +266,7 @@ void launch_groups(int64_t n, int64_t units, int row_groups, int splits, cudaStr
     launch(kernel_for<GATED, kSkinnyRowGroups>(n), blocks, kWarps * 32, 0, stream, args..., 1);
   } else {
     launch_clustered(kernel_for<GATED, 1>(n), unsigned(units * splits), kWarps * 32, 0, stream,
-                     unsigned(splits), args..., splits);
+                     dim3(unsigned(splits)), args..., splits);
   }
 }
 
