@@ -119,9 +119,11 @@ int64_t decode_min_split_keys() {
 // gemma-4-e2b 2,616 -> 2,449 and 8,632 -> 8,589; packed 4-bit at batch 1
 // gemma-3-1b 1,224 / 1,230 / 1,226 -> 1,209 / 1,199 / 1,207, gemma-4-e2b
 // 672.5 / 670.0 / 670.8 -> 654.5 / 670.4 / 674.0 (qwen3-1.7b, 8 units: 1,107
-// -> 1,179, one run). Why more clusters lose is not measured. The combine
-// kernel's two earlier replacements lost everywhere (the last block merging
-// through atomic counters, session 28; the o GEMV's prologue, session 40).
+// -> 1,179, one run). Launching the clusters with the combine kernel kept
+// cost qwen3 and ministral nothing measurable (a diagnostic build): their
+// loss comes with the step that has no combine kernel, as with the o GEMV's
+// prologue merging (session 40), not with the clusters; why is not measured.
+// The atomic-counter merge of session 28 lost everywhere.
 bool cluster_merge_enabled(int64_t units, bool quantized_out) {
   if (env_is("TANDEM_DECODE_CLUSTER_MERGE", "0")) return false;
   if (env_is("TANDEM_DECODE_CLUSTER_MERGE", "1")) return true;
