@@ -265,8 +265,8 @@ struct PagedAttention {
   // The chunked kernel only: with 2 to attention_decode_cluster_max_splits
   // splits, each (token, kv head)'s splits run as one thread-block cluster
   // and merge through distributed shared memory (sm_90+), so the combine
-  // kernel does not run (attention_decode_chunked_merges); the partial
-  // buffer is then unused.
+  // kernel does not run (attention_decode_chunked_merges); `partial` is
+  // then not written (attention_paged still asks for it with splits > 1).
   bool merge_in_cluster = false;
   // Tests: the chunked kernel copies rows with cp.async (as before sm_90)
   // even where bulk copies exist.
