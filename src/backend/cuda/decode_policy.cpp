@@ -122,8 +122,12 @@ int64_t decode_min_split_keys() {
 // -> 1,179, one run). Launching the clusters with the combine kernel kept
 // cost qwen3 and ministral nothing measurable (a diagnostic build): their
 // loss comes with the step that has no combine kernel, as with the o GEMV's
-// prologue merging (session 40), not with the clusters; why is not measured.
-// The atomic-counter merge of session 28 lost everywhere.
+// prologue merging (session 40), not with the clusters. Session 42: it is
+// PDL's — with TANDEM_CUDA_PDL=0 the merge wins on ministral (331.9 ->
+// 337.0), and the o GEMV's weight loads moved after its PDL wait change
+// nothing (340.6 -> 340.6); the kernel after the cluster launch seems to
+// lose its early start. The atomic-counter merge of session 28 lost
+// everywhere.
 bool cluster_merge_enabled(int64_t units, bool quantized_out) {
   if (env_is("TANDEM_DECODE_CLUSTER_MERGE", "0")) return false;
   if (env_is("TANDEM_DECODE_CLUSTER_MERGE", "1")) return true;
