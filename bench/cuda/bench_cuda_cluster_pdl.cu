@@ -1,0 +1,112 @@
+// Whether a kernel launched after a thread-block cluster launch starts
+// early under programmatic dependent launch (PDL), as it does after an
+// ordinary launch. Session 42 traced the loss of the attention's cluster
+// merge on 8-unit steps to PDL (without PDL the merge wins); the guess is
+// that the kernel after a cluster launch gets no early start. This probe
+// measures it: kernel A (`ctas` blocks, plain or in clusters of 2 or 4,
+// with or without the chunked attention's ~160 KB of shared memory)
+// triggers its dependents at once and spins ~20 µs; kernel B (one block an
+// SM) stamps %globaltimer at its entry, before its PDL wait, and after the
+// wait. Both are captured in a CUDA graph through launch_clustered (the
+// decoder's path). Per case, the median over 7 runs of: how long before
+// A's end B's first block entered (positive: an early start), and how long
+// after A's end B's wait returned.
+//
+//   bench_cuda_cluster_pdl
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/runtime.h"
+#include "cuda_bench_util.h"
+
+using namespace tandem;
+
+namespace {
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// stamps: [0] A's last block end, [1] B's first entry, [2] B's first wait return.
+__global__ void spinner(unsigned long long* stamps, long long spin) {
+  extern __shared__ unsigned char unused[];
+  cuda::pdl_launch_dependents();
+  const long long t0 = clock64();
+  while (clock64() - t0 < spin) {
+  }
+  if (threadIdx.x == 0) atomicMax(&stamps[0], now_ns());
+}
+
+__global__ void follower(unsigned long long* stamps) {
+  const unsigned long long entry = now_ns();
+  cuda::pdl_wait();
+  const unsigned long long after = now_ns();
+  if (threadIdx.x == 0) {
+    atomicMin(&stamps[1], entry);
+    atomicMin(&stamps[2], after);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  if (!bench::have_device("bench_cuda_cluster_pdl")) return 1;
+  if (!cuda::clusters_supported()) {
+    std::fprintf(stderr, "bench_cuda_cluster_pdl: clusters and PDL need sm_90 or newer\n");
+    return 1;
+  }
+  cuda::PdlScope pdl(true);
+  const int sms = cuda::current_launch_limits().multiprocessors;
+  const size_t big_smem = 160 << 10;
+  cuda::allow_opt_in_shared_memory(reinterpret_cast<const void*>(spinner));
+  cuda::DeviceBuffer stamps(3 * sizeof(unsigned long long));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const long long spin = 40'000;  // clocks: ~20 µs
+  std::printf("%-6s %-8s %-9s %16s %18s\n", "ctas", "cluster", "smem KB", "B early (us)",
+              "B wait after (us)");
+  for (int ctas : {2, 32})
+    for (unsigned cluster : {1u, 2u, 4u})
+      for (size_t smem : {size_t(0), big_smem}) {
+        if (unsigned(ctas) % cluster != 0) continue;  // whole clusters only
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        cuda::launch_clustered(spinner, dim3(unsigned(ctas)), dim3(256), smem, stream,
+                               dim3(cluster), stamps.as<unsigned long long>(), spin);
+        cuda::launch(follower, dim3(unsigned(sms)), dim3(256), 0, stream,
+                     stamps.as<unsigned long long>());
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        std::vector<double> early, after;
+        for (int run = 0; run < 7; ++run) {
+          CUDA_CHECK(cudaMemsetAsync(stamps.get(), 0, sizeof(unsigned long long), stream));
+          CUDA_CHECK(cudaMemsetAsync(stamps.as<unsigned long long>() + 1, 0xff,
+                                     2 * sizeof(unsigned long long), stream));
+          CUDA_CHECK(cudaGraphLaunch(exec, stream));
+          CUDA_CHECK(cudaStreamSynchronize(stream));
+          unsigned long long s[3];
+          stamps.download(s, sizeof s);
+          early.push_back((double(s[0]) - double(s[1])) / 1e3);
+          after.push_back((double(s[2]) - double(s[0])) / 1e3);
+        }
+        std::printf("%-6d %-8u %-9zu %16.2f %18.2f\n", ctas, cluster, smem >> 10, median(early),
+                    median(after));
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+      }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
