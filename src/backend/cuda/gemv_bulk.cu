@@ -296,9 +296,13 @@ BulkPlan bulk_plan(int64_t rows, int64_t cols, bool gated, int grid) {
 
 }  // namespace
 
-bool gemv_bf16_bulk_enabled() {
+bool gemv_bf16_bulk_wanted(int64_t rows, int64_t cols) {
   static const bool on = env_is("TANDEM_CUDA_GEMV_BULK", "1");
-  return on && current_launch_limits().cc_major >= 9;
+  // Matrices below this many MB keep gemv.cu's kernel (0: none do): the
+  // bulk blocks cannot sit beside the chunked attention's 160-220 KB of
+  // shared memory, so the o projection's blocks on those SMs start late.
+  static const int64_t min_mb = env_count("TANDEM_CUDA_GEMV_BULK_MIN_MB", 0);
+  return on && current_launch_limits().cc_major >= 9 && rows * cols * 2 >= (min_mb << 20);
 }
 
 bool gemv_bf16_bulk_fits(int64_t rows, int64_t cols, const float* x, const GemvFusion& f) {

@@ -80,12 +80,12 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
 
 // EXPERIMENT (session 42, gemv_bulk.cu): the batch-1 bf16 GEMV fed through
 // shared memory by bulk copies, one block an SM. gemv_bf16 takes it at
-// batch 1 where gemv_bf16_bulk_enabled (TANDEM_CUDA_GEMV_BULK=1 on sm_90+)
-// and gemv_bf16_bulk_fits (cols % 8 == 0, 16-byte aligned x, norm weight
-// and pre_add vectors, no quantized rows, the block's output sums within 32
-// KB). Same fusions (pre_add included) and results as gemv_bf16 otherwise;
-// y: [rows] or [rows / 2] gated. Not yet run on a GPU: off by default.
-bool gemv_bf16_bulk_enabled();
+// batch 1 where gemv_bf16_bulk_wanted (TANDEM_CUDA_GEMV_BULK=1 on sm_90+,
+// matrices of at least TANDEM_CUDA_GEMV_BULK_MIN_MB, 0) and gemv_bf16_bulk_fits (cols % 8 == 0,
+// 16-byte aligned x, norm weight and pre_add vectors, no quantized rows, the block's output sums
+// within 32 KB). Same fusions (pre_add included) and results as gemv_bf16 otherwise; y: [rows] or
+// [rows / 2] gated. Not yet run on a GPU: off by default.
+bool gemv_bf16_bulk_wanted(int64_t rows, int64_t cols);
 bool gemv_bf16_bulk_fits(int64_t rows, int64_t cols, const float* x, const GemvFusion& fusion);
 void gemv_bf16_bulk(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
                     cudaStream_t stream, const GemvFusion& fusion = {});
