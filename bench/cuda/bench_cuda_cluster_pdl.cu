@@ -36,7 +36,6 @@ __device__ __forceinline__ unsigned long long now_ns() {
 
 // stamps: [0] A's last block end, [1] B's first entry, [2] B's first wait return.
 __global__ void spinner(unsigned long long* stamps, long long spin) {
-  extern __shared__ unsigned char unused[];
   cuda::pdl_launch_dependents();
   const long long t0 = clock64();
   while (clock64() - t0 < spin) {

@@ -49,17 +49,6 @@ struct BulkPlan {
   uint32_t tile_bytes = 0;    // tile_outputs · (1 or 2) · range_cols · 2
 };
 
-__device__ __forceinline__ void mbarrier_init_count(uint64_t* bar, uint32_t count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count));
-#endif
-}
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
-#endif
-}
-
 // Shared memory: the ring (stages · tile_bytes), a full and an empty
 // barrier a stage, the output sums ([1 or 2][outputs_per_block]), and with
 // pre_add the staged input (3 · cols floats: x, then h' · norm_weight; the
@@ -160,11 +149,9 @@ __global__ void __launch_bounds__(kBulkThreads, 2)
   pdl_launch_dependents();
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      mbarrier_init_count(full + s, 1);
-      mbarrier_init_count(empty + s, kBulkConsumers);
+      mbarrier_init(full + s);
+      mbarrier_init(empty + s, kBulkConsumers);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    fence_async_shared();
   }
   for (int i = int(threadIdx.x); i < R * plan.outputs_per_block; i += kBulkThreads) sums[i] = 0.f;
   __syncthreads();
