@@ -393,49 +393,6 @@ TEST_F(CudaKernels, GemvFusionsMatchTheUnfusedMath) {
         }
 }
 
-// The bulk-copy GEMV (gemv_bulk.cu, an experiment) against the unfused
-// math, every fusion it takes: matrices with fewer outputs than blocks
-// (blocks that own nothing), several outputs a tile (1,152 and 200
-// columns), one output a tile (6,912: gemma-3-1b's down) and rows cut in 2
-// and 3 column ranges (12,288; 20,000, whose last range is shorter), more
-// tiles a block than the ring holds (gemma-3-1b's gate/up, 13,824 x 1,152);
-// with the sandwich norm's pre_add (the h' every block writes a share of).
-TEST_F(CudaKernels, GemvBulkMatchesTheUnfusedMath) {
-  if (cuda::current_launch_limits().cc_major < 9)
-    GTEST_SKIP() << "the bulk GEMV needs sm_90 (bulk copies)";
-  struct Shape {
-    int64_t rows, cols;
-  };
-  for (Shape s : {Shape{64, 64}, Shape{130, 200}, Shape{1536, 1152}, Shape{1152, 6912},
-                  Shape{300, 12288}, Shape{38, 20000}, Shape{13824, 1152}}) {
-    std::vector<HostFusion> cases = fusion_cases(s.rows, s.cols);
-    for (HostFusion& f : pre_add_cases(s.rows, s.cols, 1)) cases.push_back(std::move(f));
-    for (const HostFusion& f : cases) {
-      const auto wf = random_floats(size_t(s.rows * s.cols), 41, 0.05f);
-      const auto w16 = to_bf16(wf);
-      std::vector<float> W(wf.size());
-      for (size_t i = 0; i < W.size(); ++i) W[i] = bf16_to_f32(w16[i]);
-      const auto x = random_floats(size_t(s.cols), 42, 2.f);
-      const auto base = random_floats(size_t(s.rows), 43);
-      const int64_t outputs = f.gate != cuda::GemvGate::None ? s.rows / 2 : s.rows;
-      auto dw16 = upload(w16);
-      auto dx = upload(x);
-      auto dy = upload(f.accumulate ? base : std::vector<float>(size_t(outputs), 0.f));
-      DeviceFusion df(f);
-      const std::string what =
-          std::to_string(s.rows) + "x" + std::to_string(s.cols) + " bulk " + f.name;
-      ASSERT_TRUE(cuda::gemv_bf16_bulk_fits(s.rows, s.cols, dx.as<float>(), df.fusion)) << what;
-      cuda::gemv_bf16_bulk(dw16.as<uint16_t>(), s.rows, s.cols, dx.as<float>(), dy.as<float>(),
-                           nullptr, df.fusion);
-      expect_fused_gemv(download<float>(dy, size_t(outputs)), W, s.rows, s.cols, x, 1, f, base,
-                        what);
-      if (!f.pre_add.empty())
-        expect_residual_out(download<float>(df.residual_out, size_t(s.cols)), x, 1, s.cols, f,
-                            what);
-    }
-  }
-}
-
 TEST_F(CudaKernels, GemvPreAddMatchesTheUnfusedMath) {
   struct Shape {
     int64_t rows, cols;

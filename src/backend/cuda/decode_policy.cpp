@@ -125,9 +125,10 @@ int64_t decode_min_split_keys() {
 // prologue merging (session 40), not with the clusters. Session 42: it is
 // PDL's — with TANDEM_CUDA_PDL=0 the merge wins on ministral (331.9 ->
 // 337.0), and the o GEMV's weight loads moved after its PDL wait change
-// nothing (340.6 -> 340.6); the kernel after the cluster launch seems to
-// lose its early start. The atomic-counter merge of session 28 lost
-// everywhere.
+// nothing (340.6 -> 340.6). Not because the kernel after the cluster
+// launch loses its early start: bench_cuda_cluster_pdl (session 43) shows
+// it entering as soon as the cluster kernel triggers. The atomic-counter
+// merge of session 28 lost everywhere.
 bool cluster_merge_enabled(int64_t units, bool quantized_out) {
   if (env_is("TANDEM_DECODE_CLUSTER_MERGE", "0")) return false;
   if (env_is("TANDEM_DECODE_CLUSTER_MERGE", "1")) return true;

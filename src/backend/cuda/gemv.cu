@@ -554,11 +554,6 @@ void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, in
     CUDA_CHECK(cudaGetLastError());
     return;
   }
-  if (n == 1 && aligned16(W) && gemv_bf16_bulk_wanted(rows, cols) &&
-      gemv_bf16_bulk_fits(rows, cols, x, fusion)) {
-    gemv_bf16_bulk(W, rows, cols, x, y, stream, fusion);
-    return;
-  }
   const int64_t outputs = fusion.gate != GemvGate::None ? rows / 2 : rows;
   for_batch_runs(n, [&](auto run, int64_t t0) {
     constexpr int N = decltype(run)::value;

@@ -78,18 +78,6 @@ struct GemvFusion {
 void gemv_bf16(const uint16_t* W, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
                cudaStream_t stream, const GemvFusion& fusion = {});
 
-// EXPERIMENT (session 42, gemv_bulk.cu): the batch-1 bf16 GEMV fed through
-// shared memory by bulk copies, one block an SM. gemv_bf16 takes it at
-// batch 1 where gemv_bf16_bulk_wanted (TANDEM_CUDA_GEMV_BULK=1 on sm_90+,
-// matrices of at least TANDEM_CUDA_GEMV_BULK_MIN_MB, 0) and gemv_bf16_bulk_fits (cols % 8 == 0,
-// 16-byte aligned x, norm weight and pre_add vectors, no quantized rows, the block's output sums
-// within 32 KB). Same fusions (pre_add included) and results as gemv_bf16 otherwise; y: [rows] or
-// [rows / 2] gated. Not yet run on a GPU: off by default.
-bool gemv_bf16_bulk_wanted(int64_t rows, int64_t cols);
-bool gemv_bf16_bulk_fits(int64_t rows, int64_t cols, const float* x, const GemvFusion& fusion);
-void gemv_bf16_bulk(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
-                    cudaStream_t stream, const GemvFusion& fusion = {});
-
 // How many warps gemv_bf16 splits each warp unit's columns over for this
 // shape (1, 2, 4 or 8): more when the rows alone would leave the device's
 // SMs short of warps, and so of loads in flight: the most that fit in one

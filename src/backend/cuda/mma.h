@@ -129,12 +129,9 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
-// `arrivals`: the arrivals that complete a phase (1 for a barrier armed by
-// mbarrier_expect_tx; more for one that threads release with mbarrier_arrive).
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals = 1) {
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)),
-               "r"(arrivals));
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)));
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
   fence_async_shared();  // the copies' async proxy sees the initialized barrier
@@ -145,13 +142,6 @@ __device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes
       "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
       "r"(bytes)
       : "memory");
-#endif
-}
-// One arrival on the barrier's current phase (release: this thread's earlier
-// shared-memory reads and writes are ordered before the phase completes).
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 #endif
 }
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
