@@ -197,7 +197,7 @@ __device__ __forceinline__ void chunk8(const uint4 (&wv)[ROWS], const float* x, 
 // to reach HBM bandwidth), and SPLIT warps share a unit's columns
 // (ColumnShare) when its rows alone would leave SMs short of warps.
 template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N, ROWS* UNROLL))
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
     gemv_bf16_vec(const uint16_t* __restrict__ W, int64_t rows, int64_t cols, const float* x,
                   float* y, GemvFusion f) {
   const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
@@ -250,7 +250,7 @@ size_t pre_add_static_bytes(int n) {
 }
 
 template <int N, int ROWS, int UNROLL, bool GATED, int SPLIT>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N, ROWS* UNROLL))
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, gemv_min_blocks(N))
     gemv_bf16_pre_add(const uint16_t* __restrict__ W, int64_t rows, int64_t cols, const float* x,
                       float* y, GemvFusion f) {
   extern __shared__ __align__(16) float staged[];
@@ -434,18 +434,10 @@ __global__ void gemv_any(const Wt* __restrict__ W, int64_t rows, int64_t cols, c
 // with one row lost 1-10% (registers, so occupancy) in the tenth. Batches
 // of up to kMaxSplitBatch rows split a unit's columns over warps when it
 // has few rows (gemv_bf16_split).
-//
-// EXPERIMENT (session 43, TANDEM_CUDA_GEMV_DEEP, off by default): batch-1
-// launches of at most one wave stream at the bytes their warps keep in
-// flight (bench_cuda_kernels on the H100: 0.55-0.73 waves of 2 KB a warp,
-// the down projections, 65-80%; 4.4 waves, ministral's gate/up, 94%), so
-// DEEP doubles each lane's loads in flight to 8 (3 blocks an SM, not 4).
-// =1: plain matrices; =2: gated ones too. Only where the deep launch fits
-// one wave of its blocks.
-template <int N, bool GATED, bool DEEP = false>
+template <int N, bool GATED>
 struct VecShape {
   static constexpr int kRows = N == 1 ? (GATED ? 4 : 2) : N < 4 ? 2 : 4;
-  static constexpr int kUnroll = (N == 1 && GATED ? 1 : 2) * (DEEP ? 2 : 1);
+  static constexpr int kUnroll = N == 1 && GATED ? 1 : 2;
   // Warp units (WarpRows) of a matrix of `rows`.
   static int64_t units(int64_t rows) { return WarpRows<kRows, GATED>::units(rows); }
   // Blocks of the kernel an SM holds (by its registers).
@@ -468,19 +460,10 @@ struct VecShape {
   }
 };
 
-// Whether a batch-1 launch takes VecShape's DEEP variant.
-template <bool GATED>
-bool gemv_deep(int64_t rows, int64_t cols) {
-  static const int64_t mode = env_count("TANDEM_CUDA_GEMV_DEEP", 0);
-  if (mode == 0 || (GATED && mode < 2)) return false;
-  const GemvLaunchShape g = VecShape<1, GATED, true>::shape(rows, cols);
-  return g.warps <= g.wave_warps;
-}
-
-template <int N, bool GATED, int SPLIT, bool DEEP = false>
+template <int N, bool GATED, int SPLIT>
 void launch_vec_split(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
                       const GemvFusion& f, cudaStream_t stream) {
-  using Shape = VecShape<N, GATED, DEEP>;
+  using Shape = VecShape<N, GATED>;
   constexpr int kRows = Shape::kRows, kUnroll = Shape::kUnroll;
   constexpr int kUnits = ColumnShare<SPLIT>::kUnitsPerBlock;
   const unsigned blocks = unsigned((Shape::units(rows) + kUnits - 1) / kUnits);
@@ -501,14 +484,6 @@ void launch_vec_split(const uint16_t* W, int64_t rows, int64_t cols, const float
 template <int N, bool GATED>
 void launch_vec(const uint16_t* W, int64_t rows, int64_t cols, const float* x, float* y,
                 const GemvFusion& f, cudaStream_t stream) {
-  if constexpr (N == 1) {
-    if (gemv_deep<GATED>(rows, cols)) {
-      with_split(VecShape<1, GATED, true>::split(rows, cols), [&](auto s) {
-        launch_vec_split<1, GATED, decltype(s)::value, true>(W, rows, cols, x, y, f, stream);
-      });
-      return;
-    }
-  }
   with_split(VecShape<N, GATED>::split(rows, cols), [&](auto s) {
     constexpr int S = decltype(s)::value;
     if constexpr (S == 1 || N <= kMaxSplitBatch)
@@ -546,12 +521,8 @@ void gemv_f32(const float* W, int64_t rows, int64_t cols, const float* x, int64_
 }
 
 GemvLaunchShape gemv_bf16_launch_shape(int64_t rows, int64_t cols, int64_t n, bool gated) {
-  if (n == 1 && gated)
-    return gemv_deep<true>(rows, cols) ? VecShape<1, true, true>::shape(rows, cols)
-                                       : VecShape<1, true>::shape(rows, cols);
   if (n == 1)
-    return gemv_deep<false>(rows, cols) ? VecShape<1, false, true>::shape(rows, cols)
-                                        : VecShape<1, false>::shape(rows, cols);
+    return gated ? VecShape<1, true>::shape(rows, cols) : VecShape<1, false>::shape(rows, cols);
   if (n == 2)
     return gated ? VecShape<2, true>::shape(rows, cols) : VecShape<2, false>::shape(rows, cols);
   fail("gemv_bf16_launch_shape: batches of 1 and 2 only, got %lld", (long long)n);

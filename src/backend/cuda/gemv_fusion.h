@@ -18,10 +18,8 @@ constexpr int kWarpsPerBlock = 8;
 // instead of the 24 that 66 left; figures at column_split_in_waves); 3 at
 // batch 2, which is what 72-80 registers gave before the bounds (a bound of 1
 // let them grow to 86-96, two blocks, and cost 5-9% at batch 2); 1 beyond.
-// A batch-1 kernel with 8 loads a lane in flight (TANDEM_CUDA_GEMV_DEEP)
-// needs more registers: 3 blocks an SM.
-constexpr int gemv_min_blocks(int n, int loads_in_flight = 4) {
-  return n == 1 ? (loads_in_flight > 4 ? 3 : 4) : n == 2 ? 3 : 1;
+constexpr int gemv_min_blocks(int n) {
+  return n == 1 ? 4 : n == 2 ? 3 : 1;
 }
 constexpr int kMaxBatch = 8;  // batch rows a kernel keeps in registers
 // Batches of up to this many rows may split columns over warps (ColumnShare;
