@@ -151,6 +151,19 @@ void allow_opt_in_shared_memory(const void* kernel) {
       int(optin > attributes.sharedSizeBytes ? optin - attributes.sharedSizeBytes : 0)));
 }
 
+void prefer_shared_carveout(const void* kernel) {
+  static const int64_t percent = env_count("TANDEM_CUDA_CARVEOUT", -1);
+  if (percent < 0) return;
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done.insert({kernel, device}).second) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(std::min<int64_t>(percent, 100))));
+}
+
 static std::string version_string(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
