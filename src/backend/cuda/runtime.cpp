@@ -133,51 +133,22 @@ bool clusters_supported() {
   return current_launch_limits().cc_major >= 9;
 }
 
-namespace {
-
-// Runs set(device) once per kernel and device: function attributes are
-// per-device settings. Holds its lock while setting, so no thread launches
-// the kernel before the attribute is in place.
-class OncePerKernel {
- public:
-  template <class Set>
-  void operator()(const void* kernel, Set&& set) {
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_.insert({kernel, device}).second) set(device);
-  }
-
- private:
-  std::mutex mu_;
-  std::set<std::pair<const void*, int>> done_;
-};
-
-}  // namespace
-
 void allow_opt_in_shared_memory(const void* kernel) {
-  static OncePerKernel once;
-  once(kernel, [&](int device) {
-    // The opt-in maximum bounds static + dynamic: asking it all for the
-    // dynamic part is an invalid value for a kernel with any static shared
-    // memory.
-    cudaFuncAttributes attributes{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    const size_t optin = launch_limits(device).smem_optin;
-    CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        int(optin > attributes.sharedSizeBytes ? optin - attributes.sharedSizeBytes : 0)));
-  });
-}
-
-void prefer_shared_carveout(const void* kernel) {
-  static const int64_t percent = env_count("TANDEM_CUDA_CARVEOUT", -1);
-  if (percent < 0) return;
-  static OncePerKernel once;
-  once(kernel, [&](int) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    int(std::min<int64_t>(percent, 100))));
-  });
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done.insert({kernel, device}).second) return;
+  // The opt-in maximum bounds static + dynamic: asking it all for the
+  // dynamic part is an invalid value for a kernel with any static shared
+  // memory.
+  cudaFuncAttributes attributes{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const size_t optin = launch_limits(device).smem_optin;
+  CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      int(optin > attributes.sharedSizeBytes ? optin - attributes.sharedSizeBytes : 0)));
 }
 
 static std::string version_string(int v) {

@@ -43,16 +43,6 @@ bool clusters_supported();
 // as dynamic shared memory: cudaFuncSetAttribute, a per-device setting, done
 // once per kernel and device.
 void allow_opt_in_shared_memory(const void* kernel);
-// EXPERIMENT (session 43, TANDEM_CUDA_CARVEOUT=P, unset by default): asks
-// every kernel launch.h starts to prefer P percent of an SM's unified
-// L1 / shared memory as shared memory (cudaFuncAttributePreferredShared-
-// MemoryCarveout, once per kernel and device). Why: bench_cuda_cluster_pdl
-// shows a kernel whose blocks need 160 KB of shared memory (the chunked
-// decode attention) entering only when its predecessor ends, even one with
-// no shared memory that leaves room for it, while a kernel without shared
-// memory enters 20 µs early; the guess is that an SM changes its carveout
-// only when idle. No-op when unset.
-void prefer_shared_carveout(const void* kernel);
 // Whether the kernels this thread launches now use programmatic dependent
 // launch (launch.h): the device is sm_90 or newer and either a PdlScope
 // asks for it or TANDEM_CUDA_PDL=1 (TANDEM_CUDA_PDL=0: never). Measured on
