@@ -11,6 +11,8 @@
 // after the merged attention). Table 2: A is one block an SM with 0 or
 // 120 KB of shared memory and B the cluster launch (the merged attention
 // after the q/k/v GEMV; with 120 KB beside 160 KB B cannot fit early).
+// Table 3: B's shared memory from 8 to 196 KB behind an A without any
+// (session 43: 160 KB waits for A's end, the SM's carveout being set for A).
 // Both are captured in a CUDA graph through launch_clustered (the decoder's
 // path). Per case, the median over 7 runs of: how long before A's end B's
 // first block entered (positive: an early start), and how long after A's
@@ -135,6 +137,12 @@ int main() {
           measure(stream, stamps, Launch{sms, 1, a_smem}, b, b);
         }
   }
+  // Which shared memory a block may ask for and still enter early behind a
+  // kernel that uses none: the carveout that kernel runs with.
+  std::printf("\n3. A one block an SM without shared memory, B 32 blocks\n");
+  std::printf(header, "B ctas", "cluster", "smem KB", "B early (us)", "B wait after (us)");
+  for (size_t kb : {8, 16, 32, 48, 64, 100, 132, 164, 196})
+    measure(stream, stamps, Launch{sms, 1, 0}, Launch{32, 1, kb << 10}, Launch{32, 1, kb << 10});
   CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }
