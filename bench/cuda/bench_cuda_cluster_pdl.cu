@@ -141,8 +141,10 @@ int main() {
   // kernel that uses none: the carveout that kernel runs with.
   std::printf("\n3. A one block an SM without shared memory, B 32 blocks\n");
   std::printf(header, "B ctas", "cluster", "smem KB", "B early (us)", "B wait after (us)");
-  for (size_t kb : {8, 16, 32, 48, 64, 100, 132, 164, 196})
-    measure(stream, stamps, Launch{sms, 1, 0}, Launch{32, 1, kb << 10}, Launch{32, 1, kb << 10});
+  for (size_t kb : {8, 16, 32, 48, 64, 100, 132, 164, 196}) {
+    const Launch b{32, 1, kb << 10};
+    measure(stream, stamps, Launch{sms, 1, 0}, b, b);
+  }
   CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }
