@@ -13,6 +13,13 @@
 // after the q/k/v GEMV; with 120 KB beside 160 KB B cannot fit early).
 // Table 3: B's shared memory from 8 to 196 KB behind an A without any
 // (session 43: 160 KB waits for A's end, the SM's carveout being set for A).
+// Table 4: a chain A -> M -> C -> D as in a decode layer (A the down GEMV,
+// M the q/k/v GEMV with 16 KB of shared memory and a carveout preference of
+// P percent, C the chunked attention with 160 KB, D the o GEMV without
+// shared memory): how early M, C and D enter, and how long D's blocks take
+// to reread 48 KB each 16 times (plain loads, so through L1): whether the
+// carveout M asked for lets C in early, and whether D then runs on the small
+// L1 that carveout leaves (a longer reread).
 // Both are captured in a CUDA graph through launch_clustered (the decoder's
 // path). Per case, the median over 7 runs of: how long before A's end B's
 // first block entered (positive: an early start), and how long after A's
@@ -59,6 +66,59 @@ __global__ void follower(unsigned long long* stamps) {
   }
 }
 
+// Table 4's kernels. Stamps: [0] A's end; M's entry, wait return, end at
+// [1..3]; C's at [4..6]; D's entry and wait return at [7..8] and its
+// slowest block's reread (ns) at [9].
+constexpr int kStamps = 10;
+
+__device__ __forceinline__ void spin_clocks(long long spin) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < spin) {
+  }
+}
+
+// Stamps entry, wait return and end at stamps[0..2]. P names a distinct
+// function per carveout preference (the attribute belongs to the function;
+// negative: none set).
+template <int P>
+__global__ void link(unsigned long long* stamps, long long spin) {
+  const unsigned long long entry = now_ns();
+  cuda::pdl_launch_dependents();
+  cuda::pdl_wait();
+  const unsigned long long after = now_ns();
+  spin_clocks(spin);
+  if (threadIdx.x == 0) {
+    atomicMin(&stamps[0], entry);
+    atomicMin(&stamps[1], after);
+    atomicMax(&stamps[2], now_ns());
+  }
+}
+// Table 4's C (160 KB of shared memory, no preference).
+constexpr int kAttention = -2;
+
+// Rereads this block's 48 KB of `data` 16 times; the slowest block's time
+// to stamps[2].
+__global__ void reread(unsigned long long* stamps, const float4* data, float* sink) {
+  const unsigned long long entry = now_ns();
+  cuda::pdl_wait();
+  const unsigned long long after = now_ns();
+  constexpr int kVecs = (48 << 10) / 16;
+  const float4* mine = data + size_t(blockIdx.x) * kVecs;
+  float acc = 0.f;
+  for (int pass = 0; pass < 16; ++pass)
+    for (int i = int(threadIdx.x); i < kVecs; i += int(blockDim.x)) {
+      const float4 v = mine[i];
+      acc += v.x + v.y + v.z + v.w;
+    }
+  const unsigned long long took = now_ns() - after;
+  if (acc == 12345.f) sink[0] = acc;  // keeps the loads
+  if (threadIdx.x == 0) {
+    atomicMin(&stamps[0], entry);
+    atomicMin(&stamps[1], after);
+    atomicMax(&stamps[2], took);
+  }
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -99,6 +159,51 @@ void measure(cudaStream_t stream, cuda::DeviceBuffer& stamps, const Launch& a, c
               median(early), median(after));
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// Table 4's row for M = `middle` (carveout preference `pref`, -1: none).
+template <class Middle>
+void measure_chain(cudaStream_t stream, cuda::DeviceBuffer& stamps, cuda::DeviceBuffer& data,
+                   int sms, Middle middle, int pref) {
+  const long long spin = 40'000, short_spin = 10'000;  // clocks: ~20 and ~5 µs
+  auto* st = stamps.as<unsigned long long>();
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  cuda::launch(spinner, dim3(unsigned(sms)), dim3(256), 0, stream, st, spin);
+  cuda::launch(middle, dim3(unsigned(4 * sms)), dim3(256), size_t(16) << 10, stream, st + 1,
+               short_spin);
+  cuda::launch(link<kAttention>, dim3(32u), dim3(256), size_t(160) << 10, stream, st + 4,
+               short_spin);
+  cuda::launch(reread, dim3(unsigned(sms)), dim3(256), 0, stream, st + 7, data.as<float4>(),
+               data.as<float>());
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<double> m_early, c_early, d_early, d_reread;
+  unsigned long long init[kStamps];
+  for (int i = 0; i < kStamps; ++i) init[i] = ~0ull;
+  for (int i : {0, 3, 6, 9}) init[i] = 0;
+  for (int run = 0; run < 7; ++run) {
+    stamps.upload(init, sizeof init);
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    unsigned long long s[kStamps];
+    stamps.download(s, sizeof s);
+    m_early.push_back((double(s[0]) - double(s[1])) / 1e3);
+    c_early.push_back((double(s[3]) - double(s[4])) / 1e3);
+    d_early.push_back((double(s[6]) - double(s[7])) / 1e3);
+    d_reread.push_back(double(s[9]) / 1e3);
+  }
+  std::printf("%-10d %14.2f %14.2f %14.2f %16.2f\n", pref, median(m_early), median(c_early),
+              median(d_early), median(d_reread));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+template <int P>
+void chain_row(cudaStream_t stream, cuda::DeviceBuffer& stamps, cuda::DeviceBuffer& data, int sms) {
+  CUDA_CHECK(cudaFuncSetAttribute(link<P>, cudaFuncAttributePreferredSharedMemoryCarveout, P));
+  measure_chain(stream, stamps, data, sms, link<P>, P);
 }
 
 }  // namespace
@@ -145,6 +250,22 @@ int main() {
     const Launch b{32, 1, kb << 10};
     measure(stream, stamps, Launch{sms, 1, 0}, b, b);
   }
+  // The decode layer's chain with a carveout preference on the q/k/v GEMV.
+  std::printf(
+      "\n4. A (no smem) -> M (4 blocks an SM, 16 KB, carveout pref P) -> C (32 blocks, 160 KB) "
+      "-> D (one block an SM, rereads 48 KB 16 times)\n");
+  std::printf("%-10s %14s %14s %14s %16s\n", "M pref %", "M early (us)", "C early (us)",
+              "D early (us)", "D reread (us)");
+  cuda::allow_opt_in_shared_memory(reinterpret_cast<const void*>(link<kAttention>));
+  cuda::DeviceBuffer chain_stamps(kStamps * sizeof(unsigned long long));
+  cuda::DeviceBuffer data(size_t(sms) * (48 << 10));
+  CUDA_CHECK(cudaMemset(data.get(), 0, size_t(sms) * (48 << 10)));
+  measure_chain(stream, chain_stamps, data, sms, link<-1>, -1);
+  chain_row<0>(stream, chain_stamps, data, sms);
+  chain_row<50>(stream, chain_stamps, data, sms);
+  chain_row<70>(stream, chain_stamps, data, sms);
+  chain_row<100>(stream, chain_stamps, data, sms);
+  measure_chain(stream, chain_stamps, data, sms, link<-1>, -1);
   CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }
