@@ -220,6 +220,106 @@ __global__ void __launch_bounds__(kQuantizeThreads)
   }
 }
 
+// EXPERIMENT (session 44; TANDEM_CUDA_AFFINE_SELF_NORM=1, off by default):
+// at batch 1, a 4-bit GEMV whose input is normed (GemvFusion::normalize,
+// with or without pre_add) builds the quantized row in each block's own
+// shared memory instead of reading it from quantize_acts_kernel's launch
+// before it: one dependent launch fewer on q/k/v and gate/up, at the cost of
+// every block repeating the norm and the quantization of the row. Session
+// 22 measured that trade as a loss (-8 to -16%), but for every packed GEMV,
+// including the down projections' 6-9k-column rows; here only rows of up
+// to kSelfMaxCols (the hidden size), whose values stay in registers.
+struct SelfNorm {
+  const float* x = nullptr;  // [1, cols], the raw residual stream
+  const float* norm_weight = nullptr;
+  float eps = 0.f;
+  PreAdd pre;
+};
+constexpr int kSelfThreads = kWarpsPerBlock * 32;
+constexpr int kSelfCachedX = 3;
+constexpr int kSelfMaxCols = 4 * kSelfThreads * kSelfCachedX;
+// Acts<4>::row_bytes(kSelfMaxCols): 2 planes of 16 bytes and a float2 per
+// 32 columns.
+constexpr int kSelfActBytes = kSelfMaxCols + kSelfMaxCols / 32 * 8;
+
+// The block's prologue: row 0 of the input, built as quantize_acts_kernel
+// builds it (h' = (x + rmsnorm(pre.add) · pre.weight) · pre.scale with
+// pre.add, then rmsnorm(h') · norm_weight, quantized by 32-value blocks) into
+// `row` (Acts<4>, shared memory). With pre.add the block also writes its
+// share of h' to pre.residual_out (float4 i: block i mod grid). The sums
+// go through one block reduction (Σ a², Σ x², Σ x·u, Σ u², u = a ·
+// pre.weight; Σ h'² expanded, as gemv_bf16_pre_add does). Every thread of
+// the block calls it, after the PDL wait; it ends with a block barrier.
+template <bool PRE>
+__device__ __forceinline__ void self_quantize_row(const SelfNorm& in, int cols, uint8_t* row,
+                                                  float (*partial)[4]) {
+  constexpr int NT = kSelfThreads, K = kSelfCachedX;
+  using A = Acts<4>;
+  const int tid = int(threadIdx.x), quads = cols / 4, warp = tid / 32, lane = tid % 32;
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f), one = make_float4(1.f, 1.f, 1.f, 1.f);
+  const float4* xr = reinterpret_cast<const float4*>(in.x);
+  const float4* gw = reinterpret_cast<const float4*>(in.norm_weight);
+  constexpr bool pre = PRE;
+  float4 xs[K], us[K], gs[K];
+  float sums[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int f = tid + NT * k;
+    const bool ok = f < quads;
+    xs[k] = ok ? xr[f] : zero;
+    gs[k] = ok && gw ? __ldg(gw + f) : one;
+    us[k] = zero;
+    if (pre && ok) {
+      const float4 a = reinterpret_cast<const float4*>(in.pre.add)[f];
+      const float4 w = __ldg(reinterpret_cast<const float4*>(in.pre.weight) + f);
+      us[k] = make_float4(a.x * w.x, a.y * w.y, a.z * w.z, a.w * w.w);
+      sums[0] += sum_squares(a);
+    }
+    const float4 x = xs[k], u = us[k];
+    sums[1] += sum_squares(x);
+    sums[2] += x.x * u.x + x.y * u.y + x.z * u.z + x.w * u.w;
+    sums[3] += sum_squares(u);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    sums[i] = warp_sum(sums[i]);
+    if (lane == 0) partial[warp][i] = sums[i];
+  }
+  __syncthreads();
+  float total[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int w = 0; w < kWarpsPerBlock; ++w)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) total[i] += partial[w][i];
+  float s1 = 0.f, k2 = 1.f, hh = total[1];
+  if (pre) {
+    s1 = 1.0f / sqrtf(total[0] / float(cols) + in.eps);
+    k2 = in.pre.scale;
+    hh = k2 * k2 * (total[1] + 2.f * s1 * total[2] + s1 * s1 * total[3]);
+  }
+  const float inv = 1.0f / sqrtf(hh / float(cols) + in.eps);
+  const int vecs = A::vecs(cols), j = tid % 8;
+  float2* meta = reinterpret_cast<float2*>(row + A::meta_at(cols));
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (32 * warp + NT * k >= quads) break;  // warp-uniform: the shuffles need every lane
+    const int f = tid + NT * k;
+    float4 h = xs[k];
+    if (pre) {
+      const float4 u = us[k];
+      h = make_float4((h.x + s1 * u.x) * k2, (h.y + s1 * u.y) * k2, (h.z + s1 * u.z) * k2,
+                      (h.w + s1 * u.w) * k2);
+      if (f < quads && f % int(gridDim.x) == int(blockIdx.x))
+        reinterpret_cast<float4*>(in.pre.residual_out)[f] = h;
+    }
+    const float4 g = gs[k];
+    const QuantizedBlock b = quantize_block<4>(
+        make_float4(h.x * inv * g.x, h.y * inv * g.y, h.z * inv * g.z, h.w * inv * g.w));
+    if (f < quads) store_block<4>(b, j, f / 8, row, vecs, meta);
+  }
+  __syncthreads();
+}
+
 // c + Σ of the 4 byte products: unsigned codes (8-bit codes reach 255)
 // times signed activations.
 __device__ __forceinline__ int dot4(uint32_t codes, uint32_t acts, int c) {
@@ -290,19 +390,23 @@ __device__ __forceinline__ void finish_quantized(const WarpRows<ROWS, true>& wr,
 // (session 22: llama q4 1,337 -> 1,176 tok/s): every block repeats it.
 // QOUT: the outputs go to qout, quantized (finish_quantized), not to y (the
 // kernel gemv_affine_qout_kernel, below).
-template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT, bool QOUT>
-__device__ __forceinline__ void gemv_affine_body(const uint4* __restrict__ W,
-                                                 const float* __restrict__ scales,
-                                                 const float* __restrict__ biases, int group_shift,
-                                                 int rows, int cols, const uint8_t* acts,
-                                                 size_t act_bytes, float* y, GemvFusion f,
-                                                 uint8_t* qout, size_t qrow_bytes) {
+// SELF (N 1, BITS 4): the block builds the quantized row itself from
+// `self` (self_quantize_row) after the PDL wait; acts is not read. 0: no;
+// 1: the norm; 2: pre_add and the norm.
+template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT, bool QOUT, int SELF = 0>
+__device__ __forceinline__ void gemv_affine_body(
+    const uint4* __restrict__ W, const float* __restrict__ scales, const float* __restrict__ biases,
+    int group_shift, int rows, int cols, const uint8_t* acts, size_t act_bytes, float* y,
+    GemvFusion f, uint8_t* qout, size_t qrow_bytes, const SelfNorm& self = SelfNorm{}) {
+  static_assert(!SELF || (N == 1 && BITS == 4), "a block quantizes one 4-bit row itself");
   using A = Acts<BITS>;
   constexpr int VC = A::kVecCols;
   const WarpRows<ROWS, GATED> wr(ColumnShare<SPLIT>::unit(), rows);
   const int lane = threadIdx.x % 32;
   pdl_launch_dependents();
-  if (SPLIT == 1 && !wr.any()) return;  // split warps meet at gather_split's barrier
+  // Split warps meet at gather_split's barrier, and SELF's prologue has
+  // block barriers: their warps stay.
+  if (!SELF && SPLIT == 1 && !wr.any()) return;
   const int vecs = A::vecs(cols), groups = cols >> group_shift;
   const ColumnShare<SPLIT> share(vecs);
   const int first = int(share.first), count = int(share.count);  // this warp's vectors
@@ -333,6 +437,14 @@ __device__ __forceinline__ void gemv_affine_body(const uint4* __restrict__ W,
   };
   load(lane);
   pdl_wait();
+  if constexpr (SELF) {
+    __shared__ __align__(16) uint8_t own_row[kSelfActBytes];
+    __shared__ float own_partial[kWarpsPerBlock][4];
+    self_quantize_row<SELF == 2>(self, cols, own_row, own_partial);
+    acts = own_row;
+    act_bytes = A::row_bytes(cols);
+    if (SPLIT == 1 && !wr.any()) return;
+  }
   const uint4* planes = reinterpret_cast<const uint4*>(acts);  // row t, plane p: + (t·rb + p·vecs)
   const float2* meta = reinterpret_cast<const float2*>(acts + A::meta_at(cols));
   const int row_vec4s = int(act_bytes / 16), row_float2s = int(act_bytes / 8);
@@ -389,35 +501,41 @@ __device__ __forceinline__ void gemv_affine_body(const uint4* __restrict__ W,
     finish<N, ROWS, GATED>(wr, acc, ss, cols, f, y);
 }
 
-template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT>
-__global__ void gemv_affine_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
-                                   const float* __restrict__ biases, int group_shift, int rows,
-                                   int cols, const uint8_t* acts, size_t act_bytes, float* y,
-                                   GemvFusion f) {
-  gemv_affine_body<N, BITS, ROWS, UNROLL, GATED, SPLIT, false>(
-      W, scales, biases, group_shift, rows, cols, acts, act_bytes, y, f, nullptr, 0);
+// SELF kernels are bound to 3 blocks an SM (85 registers; unbound, the
+// prologue's row took them to 100-108, 2 blocks).
+template <int N, int BITS, int ROWS, int UNROLL, bool GATED, int SPLIT, int SELF>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, SELF ? 3 : 1)
+    gemv_affine_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
+                       const float* __restrict__ biases, int group_shift, int rows, int cols,
+                       const uint8_t* acts, size_t act_bytes, float* y, GemvFusion f,
+                       SelfNorm self) {
+  gemv_affine_body<N, BITS, ROWS, UNROLL, GATED, SPLIT, false, SELF>(
+      W, scales, biases, group_shift, rows, cols, acts, act_bytes, y, f, nullptr, 0, self);
 }
 
 // GemvFusion::quantized_out's kernel: MIN_BLOCKS blocks an SM — 2 (at
 // most 128 registers) or 3 (85) — so the 192-288 blocks of the models'
 // gate/up matrices run in about one wave (at batch 2 and 2 blocks it spills
 // 152 bytes and still gains 1-8%).
-template <int N, int MIN_BLOCKS>
+template <int N, int MIN_BLOCKS, int SELF>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, MIN_BLOCKS)
     gemv_affine_qout_kernel(const uint4* __restrict__ W, const float* __restrict__ scales,
                             const float* __restrict__ biases, int group_shift, int rows, int cols,
                             const uint8_t* acts, size_t act_bytes, GemvFusion f, uint8_t* qout,
-                            size_t qrow_bytes) {
-  gemv_affine_body<N, 4, 8, 1, true, 1, true>(W, scales, biases, group_shift, rows, cols, acts,
-                                              act_bytes, nullptr, f, qout, qrow_bytes);
+                            size_t qrow_bytes, SelfNorm self) {
+  gemv_affine_body<N, 4, 8, 1, true, 1, true, SELF>(W, scales, biases, group_shift, rows, cols,
+                                                    acts, act_bytes, nullptr, f, qout, qrow_bytes,
+                                                    self);
 }
 
 // A 2,048-column row is 64 vectors at 4 bits: 2 per lane, all in flight
 // with the other row of a gate/up pair. Batches of up to kMaxSplitBatch rows
 // split a unit's vectors over warps when it has few rows (gemv_affine_split).
+// self.x set (N 1, 4 bits): the SELF kernels, which quantize the input
+// themselves.
 template <int N, int BITS, bool GATED>
 void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, float* y,
-                 const GemvFusion& f, cudaStream_t stream) {
+                 const GemvFusion& f, const SelfNorm& self, cudaStream_t stream) {
   constexpr int kRows = GATED ? 2 : 1;
   constexpr int kUnroll = (N <= 2 ? 4 : 2) / kRows;
   const int64_t units = WarpRows<kRows, GATED>::units(w.rows);
@@ -426,9 +544,17 @@ void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, f
     if constexpr (S == 1 || N <= kMaxSplitBatch) {
       constexpr int kUnits = ColumnShare<S>::kUnitsPerBlock;
       const unsigned blocks = unsigned((units + kUnits - 1) / kUnits);
-      launch(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S>, blocks, kWarpsPerBlock * 32, 0,
-             stream, reinterpret_cast<const uint4*>(w.data), w.scales, w.biases,
-             affine::log2_exact(w.group), int(w.rows), int(w.cols), acts, act_bytes, y, f);
+      const auto run = [&](auto kernel) {
+        launch(kernel, blocks, kWarpsPerBlock * 32, 0, stream,
+               reinterpret_cast<const uint4*>(w.data), w.scales, w.biases,
+               affine::log2_exact(w.group), int(w.rows), int(w.cols), acts, act_bytes, y, f, self);
+      };
+      if constexpr (N == 1 && BITS == 4) {
+        if (self.x && self.pre.add)
+          return run(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, 2>);
+        if (self.x) return run(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, 1>);
+      }
+      run(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, 0>);
     }
   });
 }
@@ -445,7 +571,7 @@ void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, f
 template <int N>
 void launch_gemv_quantized_out(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes,
                                const GemvFusion& f, uint8_t* qout, size_t qrow_bytes,
-                               cudaStream_t stream) {
+                               const SelfNorm& self, cudaStream_t stream) {
   const int64_t blocks = w.rows / 2 / 32;
   static const int64_t forced = env_count("TANDEM_CUDA_QOUT_BLOCKS", 0);
   const bool three =
@@ -454,12 +580,16 @@ void launch_gemv_quantized_out(const AffineMatrix& w, const uint8_t* acts, size_
   const auto run = [&](auto kernel) {
     launch(kernel, unsigned(blocks), kWarpsPerBlock * 32, 0, stream,
            reinterpret_cast<const uint4*>(w.data), w.scales, w.biases, affine::log2_exact(w.group),
-           int(w.rows), int(w.cols), acts, act_bytes, f, qout, qrow_bytes);
+           int(w.rows), int(w.cols), acts, act_bytes, f, qout, qrow_bytes, self);
   };
   if constexpr (N == 1) {
-    if (three) return run(gemv_affine_qout_kernel<N, 3>);
+    if (self.x && self.pre.add)
+      return three ? run(gemv_affine_qout_kernel<N, 3, 2>) : run(gemv_affine_qout_kernel<N, 2, 2>);
+    if (self.x)
+      return three ? run(gemv_affine_qout_kernel<N, 3, 1>) : run(gemv_affine_qout_kernel<N, 2, 1>);
+    if (three) return run(gemv_affine_qout_kernel<N, 3, 0>);
   }
-  run(gemv_affine_qout_kernel<N, 2>);
+  run(gemv_affine_qout_kernel<N, 2, 0>);
 }
 
 template <int BITS>
@@ -475,9 +605,16 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
   plain.quantized_out = nullptr;
   plain.quantized_in = nullptr;
   const PreAdd pre{f.pre_add, f.pre_add_weight, f.pre_add_scale, f.residual_out};
+  // The experiment above self_quantize_row: normed rows at batch 1 quantized
+  // by the GEMV's own blocks.
+  static const bool self_norm = env_is("TANDEM_CUDA_AFFINE_SELF_NORM", "1");
+  SelfNorm self;
+  if (BITS == 4 && self_norm && n == 1 && f.normalize && !f.quantized_in &&
+      w.cols <= kSelfMaxCols && w.cols % 32 == 0)
+    self = SelfNorm{x, f.norm_weight, f.norm_eps, pre};
   if (f.quantized_in)
     acts = const_cast<uint8_t*>(f.quantized_in);  // only read
-  else
+  else if (!self.x)
     launch(quantize_acts_kernel<BITS>, unsigned(n), kQuantizeThreads, 0, stream, x, int(n),
            int(w.cols), f.normalize, f.normalize ? f.norm_weight : nullptr, f.norm_eps, acts, rb, 0,
            pre);
@@ -489,14 +626,14 @@ void gemv_bits(const AffineMatrix& w, const float* x, int64_t n, float* y, const
     if constexpr (N <= kQuantizedOutMaxRows && BITS == 4) {
       if (f.quantized_out) {
         launch_gemv_quantized_out<N>(w, acts + t0 * rb, rb, ft, f.quantized_out + t0 * qrb, qrb,
-                                     stream);
+                                     self, stream);
         return;
       }
     }
     if (gated)
-      launch_gemv<N, BITS, true>(w, acts + t0 * rb, rb, y + t0 * outputs, ft, stream);
+      launch_gemv<N, BITS, true>(w, acts + t0 * rb, rb, y + t0 * outputs, ft, self, stream);
     else
-      launch_gemv<N, BITS, false>(w, acts + t0 * rb, rb, y + t0 * outputs, ft, stream);
+      launch_gemv<N, BITS, false>(w, acts + t0 * rb, rb, y + t0 * outputs, ft, self, stream);
   });
 }
 
