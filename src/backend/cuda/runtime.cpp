@@ -133,13 +133,20 @@ bool clusters_supported() {
   return current_launch_limits().cc_major >= 9;
 }
 
+// Whether this is the first call for (kernel, the current device) under
+// `done`'s name: the per-kernel attributes below are set once each.
+static bool first_for_device(const void* kernel, std::set<std::pair<const void*, int>>& done,
+                             std::mutex& mu, int* device) {
+  CUDA_CHECK(cudaGetDevice(device));
+  std::lock_guard<std::mutex> lock(mu);
+  return done.insert({kernel, *device}).second;
+}
+
 void allow_opt_in_shared_memory(const void* kernel) {
   static std::mutex mu;
   static std::set<std::pair<const void*, int>> done;
   int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert({kernel, device}).second) return;
+  if (!first_for_device(kernel, done, mu, &device)) return;
   // The opt-in maximum bounds static + dynamic: asking it all for the
   // dynamic part is an invalid value for a kernel with any static shared
   // memory.
@@ -149,6 +156,17 @@ void allow_opt_in_shared_memory(const void* kernel) {
   CUDA_CHECK(cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
       int(optin > attributes.sharedSizeBytes ? optin - attributes.sharedSizeBytes : 0)));
+}
+
+void prefer_shared_carveout(const void* kernel) {
+  static const int64_t percent = env_count("TANDEM_CUDA_CARVEOUT", -1);
+  if (percent < 0) return;
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  int device = 0;
+  if (!first_for_device(kernel, done, mu, &device)) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(std::min<int64_t>(percent, 100))));
 }
 
 static std::string version_string(int v) {

@@ -43,6 +43,16 @@ bool clusters_supported();
 // as dynamic shared memory: cudaFuncSetAttribute, a per-device setting, done
 // once per kernel and device.
 void allow_opt_in_shared_memory(const void* kernel);
+// EXPERIMENT (TANDEM_CUDA_CARVEOUT=P, unset by default): asks every kernel
+// launch.h starts to prefer P percent of an SM's unified L1 / shared memory
+// as shared memory (cudaFuncAttributePreferredSharedMemoryCarveout, once
+// per kernel and device). Session 43 measured 100 and 70 (slower: the
+// GEMVs lose L1). Session 44's probe (bench_cuda_cluster_pdl, table 3):
+// behind a kernel without shared memory, a kernel asking for any (8 KB and
+// up) enters only when its predecessor ends, not early under PDL — unless
+// it prefers 0% (table 4), which also left the kernels after it a larger
+// L1. So P = 0 is measured next. No-op when unset.
+void prefer_shared_carveout(const void* kernel);
 // Whether the kernels this thread launches now use programmatic dependent
 // launch (launch.h): the device is sm_90 or newer and either a PdlScope
 // asks for it or TANDEM_CUDA_PDL=1 (TANDEM_CUDA_PDL=0: never). Measured on
