@@ -12,14 +12,16 @@
 // 120 KB of shared memory and B the cluster launch (the merged attention
 // after the q/k/v GEMV; with 120 KB beside 160 KB B cannot fit early).
 // Table 3: B's shared memory from 8 to 196 KB behind an A without any
-// (session 43: 160 KB waits for A's end, the SM's carveout being set for A).
+// (session 44: every size waits for A's end, the SM's carveout being set for A).
 // Table 4: a chain A -> M -> C -> D as in a decode layer (A the down GEMV,
-// M the q/k/v GEMV with 16 KB of shared memory and a carveout preference of
-// P percent, C the chunked attention with 160 KB, D the o GEMV without
-// shared memory): how early M, C and D enter, and how long D's blocks take
-// to reread 48 KB each 16 times (plain loads, so through L1): whether the
-// carveout M asked for lets C in early, and whether D then runs on the small
-// L1 that carveout leaves (a longer reread).
+// M the q/k/v GEMV with 16 KB of shared memory, C the chunked attention with
+// 160 KB, D the o GEMV without shared memory), each kernel with a carveout
+// preference: how early M, C and D enter, and how long D's blocks take to
+// reread 48 KB each 16 times (plain loads, so through L1: a longer reread
+// means a smaller L1). Session 44 found M entering early only when it
+// prefers 0%; the last rows ask whether D still enters early behind C when
+// it prefers 0%, and what 0% on every kernel gives (TANDEM_CUDA_CARVEOUT=0
+// against TANDEM_CUDA_CARVEOUT_SCOPE=small).
 // Both are captured in a CUDA graph through launch_clustered (the decoder's
 // path). Per case, the median over 7 runs of: how long before A's end B's
 // first block entered (positive: an early start), and how long after A's
@@ -48,6 +50,9 @@ __device__ __forceinline__ unsigned long long now_ns() {
 }
 
 // stamps: [0] A's last block end, [1] B's first entry, [2] B's first wait return.
+// P: a distinct function per carveout preference (the attribute belongs to
+// the function; negative: none set), as for link and reread below.
+template <int P>
 __global__ void spinner(unsigned long long* stamps, long long spin) {
   cuda::pdl_launch_dependents();
   const long long t0 = clock64();
@@ -77,10 +82,9 @@ __device__ __forceinline__ void spin_clocks(long long spin) {
   }
 }
 
-// Stamps entry, wait return and end at stamps[0..2]. P names a distinct
-// function per carveout preference (the attribute belongs to the function;
-// negative: none set).
-template <int P>
+// Stamps entry, wait return and end at stamps[0..2]. P: the carveout
+// preference; ROLE keeps table 4's M (0) and C (1) distinct functions.
+template <int P, int ROLE>
 __global__ void link(unsigned long long* stamps, long long spin) {
   const unsigned long long entry = now_ns();
   cuda::pdl_launch_dependents();
@@ -93,11 +97,11 @@ __global__ void link(unsigned long long* stamps, long long spin) {
     atomicMax(&stamps[2], now_ns());
   }
 }
-// Table 4's C (160 KB of shared memory, no preference).
-constexpr int kAttention = -2;
+constexpr int kMiddle = 0, kAttention = 1;
 
 // Rereads this block's 48 KB of `data` 16 times; the slowest block's time
 // to stamps[2].
+template <int P>
 __global__ void reread(unsigned long long* stamps, const float4* data, float* sink) {
   const unsigned long long entry = now_ns();
   cuda::pdl_wait();
@@ -138,7 +142,7 @@ void measure(cudaStream_t stream, cuda::DeviceBuffer& stamps, const Launch& a, c
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  cuda::launch_clustered(spinner, dim3(unsigned(a.ctas)), dim3(256), a.smem, stream,
+  cuda::launch_clustered(spinner<-1>, dim3(unsigned(a.ctas)), dim3(256), a.smem, stream,
                          dim3(a.cluster), st, spin);
   cuda::launch_clustered(follower, dim3(unsigned(b.ctas)), dim3(256), b.smem, stream,
                          dim3(b.cluster), st);
@@ -161,21 +165,35 @@ void measure(cudaStream_t stream, cuda::DeviceBuffer& stamps, const Launch& a, c
   CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
-// Table 4's row for M = `middle` (carveout preference `pref`, -1: none).
-template <class Middle>
+// Sets kernel's carveout preference (negative: leaves it unset).
+template <class Kernel>
+void prefer(Kernel kernel, int percent) {
+  if (percent >= 0)
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+}
+
+// One row of tables 4-5: the chain A -> M -> C -> D, each kernel with the
+// carveout preference its template argument names (set here).
+template <int PA, int PM, int PC, int PD>
 void measure_chain(cudaStream_t stream, cuda::DeviceBuffer& stamps, cuda::DeviceBuffer& data,
-                   int sms, Middle middle, int pref) {
+                   int sms) {
+  prefer(spinner<PA>, PA);
+  prefer(link<PM, kMiddle>, PM);
+  prefer(link<PC, kAttention>, PC);
+  prefer(reread<PD>, PD);
+  cuda::allow_opt_in_shared_memory(reinterpret_cast<const void*>(link<PC, kAttention>));
   const long long spin = 40'000, short_spin = 10'000;  // clocks: ~20 and ~5 µs
   auto* st = stamps.as<unsigned long long>();
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  cuda::launch(spinner, dim3(unsigned(sms)), dim3(256), 0, stream, st, spin);
-  cuda::launch(middle, dim3(unsigned(4 * sms)), dim3(256), size_t(16) << 10, stream, st + 1,
+  cuda::launch(spinner<PA>, dim3(unsigned(sms)), dim3(256), 0, stream, st, spin);
+  cuda::launch(link<PM, kMiddle>, dim3(unsigned(4 * sms)), dim3(256), size_t(16) << 10, stream,
+               st + 1, short_spin);
+  cuda::launch(link<PC, kAttention>, dim3(32u), dim3(256), size_t(160) << 10, stream, st + 4,
                short_spin);
-  cuda::launch(link<kAttention>, dim3(32u), dim3(256), size_t(160) << 10, stream, st + 4,
-               short_spin);
-  cuda::launch(reread, dim3(unsigned(sms)), dim3(256), 0, stream, st + 7, data.as<float4>(),
+  cuda::launch(reread<PD>, dim3(unsigned(sms)), dim3(256), 0, stream, st + 7, data.as<float4>(),
                data.as<float>());
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -194,16 +212,10 @@ void measure_chain(cudaStream_t stream, cuda::DeviceBuffer& stamps, cuda::Device
     d_early.push_back((double(s[6]) - double(s[7])) / 1e3);
     d_reread.push_back(double(s[9]) / 1e3);
   }
-  std::printf("%-10d %14.2f %14.2f %14.2f %16.2f\n", pref, median(m_early), median(c_early),
-              median(d_early), median(d_reread));
+  std::printf("%4d %4d %4d %4d %14.2f %14.2f %14.2f %16.2f\n", PA, PM, PC, PD, median(m_early),
+              median(c_early), median(d_early), median(d_reread));
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
-}
-
-template <int P>
-void chain_row(cudaStream_t stream, cuda::DeviceBuffer& stamps, cuda::DeviceBuffer& data, int sms) {
-  CUDA_CHECK(cudaFuncSetAttribute(link<P>, cudaFuncAttributePreferredSharedMemoryCarveout, P));
-  measure_chain(stream, stamps, data, sms, link<P>, P);
 }
 
 }  // namespace
@@ -217,7 +229,7 @@ int main() {
   cuda::PdlScope pdl(true);
   const int sms = cuda::current_launch_limits().multiprocessors;
   const size_t big_smem = 160 << 10;
-  cuda::allow_opt_in_shared_memory(reinterpret_cast<const void*>(spinner));
+  cuda::allow_opt_in_shared_memory(reinterpret_cast<const void*>(spinner<-1>));
   cuda::allow_opt_in_shared_memory(reinterpret_cast<const void*>(follower));
   cuda::DeviceBuffer stamps(3 * sizeof(unsigned long long));
   cudaStream_t stream;
@@ -250,22 +262,28 @@ int main() {
     const Launch b{32, 1, kb << 10};
     measure(stream, stamps, Launch{sms, 1, 0}, b, b);
   }
-  // The decode layer's chain with a carveout preference on the q/k/v GEMV.
+  // The decode layer's chain with carveout preferences (-1: none).
   std::printf(
-      "\n4. A (no smem) -> M (4 blocks an SM, 16 KB, carveout pref P) -> C (32 blocks, 160 KB) "
-      "-> D (one block an SM, rereads 48 KB 16 times)\n");
-  std::printf("%-10s %14s %14s %14s %16s\n", "M pref %", "M early (us)", "C early (us)",
-              "D early (us)", "D reread (us)");
-  cuda::allow_opt_in_shared_memory(reinterpret_cast<const void*>(link<kAttention>));
+      "\n4. A (no smem) -> M (4 blocks an SM, 16 KB) -> C (32 blocks, 160 KB) -> D (one block an "
+      "SM, rereads 48 KB 16 times), each with a carveout preference (%%; -1: none)\n");
+  const char* chain_header = "%4s %4s %4s %4s %14s %14s %14s %16s\n";
+  std::printf(chain_header, "A", "M", "C", "D", "M early (us)", "C early (us)", "D early (us)",
+              "D reread (us)");
   cuda::DeviceBuffer chain_stamps(kStamps * sizeof(unsigned long long));
   cuda::DeviceBuffer data(size_t(sms) * (48 << 10));
   CUDA_CHECK(cudaMemset(data.get(), 0, size_t(sms) * (48 << 10)));
-  measure_chain(stream, chain_stamps, data, sms, link<-1>, -1);
-  chain_row<0>(stream, chain_stamps, data, sms);
-  chain_row<50>(stream, chain_stamps, data, sms);
-  chain_row<70>(stream, chain_stamps, data, sms);
-  chain_row<100>(stream, chain_stamps, data, sms);
-  measure_chain(stream, chain_stamps, data, sms, link<-1>, -1);
+  measure_chain<-1, -1, -1, -1>(stream, chain_stamps, data, sms);
+  measure_chain<-1, 0, -1, -1>(stream, chain_stamps, data, sms);
+  measure_chain<-1, 50, -1, -1>(stream, chain_stamps, data, sms);
+  measure_chain<-1, 70, -1, -1>(stream, chain_stamps, data, sms);
+  measure_chain<-1, 100, -1, -1>(stream, chain_stamps, data, sms);
+  // Session 44's next questions: does a kernel preferring 0% still enter
+  // early behind the 160 KB one (D), and what does 0% on every kernel give
+  // (TANDEM_CUDA_CARVEOUT=0) against 0% on the small-memory kernel only
+  // (TANDEM_CUDA_CARVEOUT_SCOPE=small, the second row above)?
+  measure_chain<-1, 0, -1, 0>(stream, chain_stamps, data, sms);
+  measure_chain<0, 0, 0, 0>(stream, chain_stamps, data, sms);
+  measure_chain<-1, -1, -1, -1>(stream, chain_stamps, data, sms);
   CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }

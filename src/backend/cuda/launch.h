@@ -54,7 +54,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 template <class... Params, class... Args>
 void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, dim3 cluster, Args&&... args) {
-  prefer_shared_carveout(reinterpret_cast<const void*>(kernel));
+  prefer_shared_carveout(reinterpret_cast<const void*>(kernel), smem);
   const bool pdl = pdl_enabled();
   const bool clustered = cluster.x * cluster.y * cluster.z > 1;
   if (!pdl && !clustered) {  // the ordinary launch

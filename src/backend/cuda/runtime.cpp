@@ -158,13 +158,20 @@ void allow_opt_in_shared_memory(const void* kernel) {
       int(optin > attributes.sharedSizeBytes ? optin - attributes.sharedSizeBytes : 0)));
 }
 
-void prefer_shared_carveout(const void* kernel) {
+void prefer_shared_carveout(const void* kernel, size_t dynamic_smem) {
   static const int64_t percent = env_count("TANDEM_CUDA_CARVEOUT", -1);
   if (percent < 0) return;
+  static const bool small_only = env_is("TANDEM_CUDA_CARVEOUT_SCOPE", "small");
   static std::mutex mu;
   static std::set<std::pair<const void*, int>> done;
   int device = 0;
   if (!first_for_device(kernel, done, mu, &device)) return;
+  if (small_only) {
+    cudaFuncAttributes attributes{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    const size_t bytes = attributes.sharedSizeBytes + dynamic_smem;
+    if (bytes == 0 || bytes > (size_t(64) << 10)) return;
+  }
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(std::min<int64_t>(percent, 100))));
 }

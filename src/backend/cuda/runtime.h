@@ -51,8 +51,13 @@ void allow_opt_in_shared_memory(const void* kernel);
 // behind a kernel without shared memory, a kernel asking for any (8 KB and
 // up) enters only when its predecessor ends, not early under PDL — unless
 // it prefers 0% (table 4), which also left the kernels after it a larger
-// L1. So P = 0 is measured next. No-op when unset.
-void prefer_shared_carveout(const void* kernel);
+// L1. So P = 0 is measured next. With TANDEM_CUDA_CARVEOUT_SCOPE=small, only
+// kernels whose blocks ask for 1 byte to 64 KB of shared memory (static
+// plus `dynamic_smem` at their first launch) get the preference: those the
+// probe shows waiting, while kernels without shared memory (which enter
+// early anyway) and the attention's 160-220 KB keep the default. No-op when
+// unset.
+void prefer_shared_carveout(const void* kernel, size_t dynamic_smem);
 // Whether the kernels this thread launches now use programmatic dependent
 // launch (launch.h): the device is sm_90 or newer and either a PdlScope
 // asks for it or TANDEM_CUDA_PDL=1 (TANDEM_CUDA_PDL=0: never). Measured on
