@@ -229,6 +229,11 @@ __global__ void __launch_bounds__(kQuantizeThreads)
 // 22 measured that trade as a loss (-8 to -16%), but for every packed GEMV,
 // including the down projections' 6-9k-column rows; here only rows of up
 // to kSelfMaxCols (the hidden size), whose values stay in registers.
+// Measured (session 44, H100, batch 1): llama-3.2-1b +2.4-3.3%, qwen3-1.7b
+// flat, ministral-3-3b -5%, gemma-3-1b -7%, gemma-4-e2b -15%. Its blocks now
+// ask for shared memory, which by bench_cuda_cluster_pdl costs them the PDL
+// early start (and the weights loaded before the wait) behind kernels
+// without any: to measure again under TANDEM_CUDA_CARVEOUT=0.
 struct SelfNorm {
   const float* x = nullptr;  // [1, cols], the raw residual stream
   const float* norm_weight = nullptr;
