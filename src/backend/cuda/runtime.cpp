@@ -133,20 +133,27 @@ bool clusters_supported() {
   return current_launch_limits().cc_major >= 9;
 }
 
-// Whether this is the first call for (kernel, the current device) under
-// `done`'s name: the per-kernel attributes below are set once each.
-static bool first_for_device(const void* kernel, std::set<std::pair<const void*, int>>& done,
-                             std::mutex& mu, int* device) {
-  CUDA_CHECK(cudaGetDevice(device));
-  std::lock_guard<std::mutex> lock(mu);
-  return done.insert({kernel, *device}).second;
-}
+// The (kernel, device) pairs a per-kernel attribute has been set for: each
+// is set once per kernel and device.
+class OncePerKernelAndDevice {
+ public:
+  // Whether this is the first call for `kernel` on the current device
+  // (returned in `device`).
+  bool first(const void* kernel, int* device) {
+    CUDA_CHECK(cudaGetDevice(device));
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_.insert({kernel, *device}).second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::pair<const void*, int>> done_;
+};
 
 void allow_opt_in_shared_memory(const void* kernel) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
+  static OncePerKernelAndDevice once;
   int device = 0;
-  if (!first_for_device(kernel, done, mu, &device)) return;
+  if (!once.first(kernel, &device)) return;
   // The opt-in maximum bounds static + dynamic: asking it all for the
   // dynamic part is an invalid value for a kernel with any static shared
   // memory.
@@ -162,10 +169,9 @@ void prefer_shared_carveout(const void* kernel, size_t dynamic_smem) {
   static const int64_t percent = env_count("TANDEM_CUDA_CARVEOUT", -1);
   if (percent < 0) return;
   static const bool small_only = env_is("TANDEM_CUDA_CARVEOUT_SCOPE", "small");
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
+  static OncePerKernelAndDevice once;
   int device = 0;
-  if (!first_for_device(kernel, done, mu, &device)) return;
+  if (!once.first(kernel, &device)) return;
   if (small_only) {
     cudaFuncAttributes attributes{};
     CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
