@@ -247,6 +247,15 @@ constexpr int kSelfMaxCols = 4 * kSelfThreads * kSelfCachedX;
 // 32 columns.
 constexpr int kSelfActBytes = kSelfMaxCols + kSelfMaxCols / 32 * 8;
 
+// Calls run(std::integral_constant<int, SELF>{}) with the kernels' SELF
+// argument for `self`: 0 when its x is unset, 2 with pre_add, else 1.
+template <class Run>
+void with_self(const SelfNorm& self, Run&& run) {
+  if (!self.x) return run(std::integral_constant<int, 0>{});
+  if (self.pre.add) return run(std::integral_constant<int, 2>{});
+  run(std::integral_constant<int, 1>{});
+}
+
 // The block's prologue: row 0 of the input, built as quantize_acts_kernel
 // builds it (h' = (x + rmsnorm(pre.add) · pre.weight) · pre.scale with
 // pre.add, then rmsnorm(h') · norm_weight, quantized by 32-value blocks) into
@@ -264,7 +273,6 @@ __device__ __forceinline__ void self_quantize_row(const SelfNorm& in, int cols, 
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f), one = make_float4(1.f, 1.f, 1.f, 1.f);
   const float4* xr = reinterpret_cast<const float4*>(in.x);
   const float4* gw = reinterpret_cast<const float4*>(in.norm_weight);
-  constexpr bool pre = PRE;
   float4 xs[K], us[K], gs[K];
   float sums[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -274,7 +282,7 @@ __device__ __forceinline__ void self_quantize_row(const SelfNorm& in, int cols, 
     xs[k] = ok ? xr[f] : zero;
     gs[k] = ok && gw ? __ldg(gw + f) : one;
     us[k] = zero;
-    if (pre && ok) {
+    if (PRE && ok) {
       const float4 a = reinterpret_cast<const float4*>(in.pre.add)[f];
       const float4 w = __ldg(reinterpret_cast<const float4*>(in.pre.weight) + f);
       us[k] = make_float4(a.x * w.x, a.y * w.y, a.z * w.z, a.w * w.w);
@@ -297,7 +305,7 @@ __device__ __forceinline__ void self_quantize_row(const SelfNorm& in, int cols, 
 #pragma unroll
     for (int i = 0; i < 4; ++i) total[i] += partial[w][i];
   float s1 = 0.f, k2 = 1.f, hh = total[1];
-  if (pre) {
+  if (PRE) {
     s1 = 1.0f / sqrtf(total[0] / float(cols) + in.eps);
     k2 = in.pre.scale;
     hh = k2 * k2 * (total[1] + 2.f * s1 * total[2] + s1 * s1 * total[3]);
@@ -310,7 +318,7 @@ __device__ __forceinline__ void self_quantize_row(const SelfNorm& in, int cols, 
     if (32 * warp + NT * k >= quads) break;  // warp-uniform: the shuffles need every lane
     const int f = tid + NT * k;
     float4 h = xs[k];
-    if (pre) {
+    if (PRE) {
       const float4 u = us[k];
       h = make_float4((h.x + s1 * u.x) * k2, (h.y + s1 * u.y) * k2, (h.z + s1 * u.z) * k2,
                       (h.w + s1 * u.w) * k2);
@@ -554,12 +562,11 @@ void launch_gemv(const AffineMatrix& w, const uint8_t* acts, size_t act_bytes, f
                reinterpret_cast<const uint4*>(w.data), w.scales, w.biases,
                affine::log2_exact(w.group), int(w.rows), int(w.cols), acts, act_bytes, y, f, self);
       };
-      if constexpr (N == 1 && BITS == 4) {
-        if (self.x && self.pre.add)
-          return run(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, 2>);
-        if (self.x) return run(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, 1>);
-      }
-      run(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, 0>);
+      with_self(self, [&](auto q) {
+        constexpr int Q = decltype(q)::value;
+        if constexpr (Q == 0 || (N == 1 && BITS == 4))
+          run(gemv_affine_kernel<N, BITS, kRows, kUnroll, GATED, S, Q>);
+      });
     }
   });
 }
@@ -587,14 +594,13 @@ void launch_gemv_quantized_out(const AffineMatrix& w, const uint8_t* acts, size_
            reinterpret_cast<const uint4*>(w.data), w.scales, w.biases, affine::log2_exact(w.group),
            int(w.rows), int(w.cols), acts, act_bytes, f, qout, qrow_bytes, self);
   };
-  if constexpr (N == 1) {
-    if (self.x && self.pre.add)
-      return three ? run(gemv_affine_qout_kernel<N, 3, 2>) : run(gemv_affine_qout_kernel<N, 2, 2>);
-    if (self.x)
-      return three ? run(gemv_affine_qout_kernel<N, 3, 1>) : run(gemv_affine_qout_kernel<N, 2, 1>);
-    if (three) return run(gemv_affine_qout_kernel<N, 3, 0>);
-  }
-  run(gemv_affine_qout_kernel<N, 2, 0>);
+  with_self(self, [&](auto q) {
+    constexpr int Q = decltype(q)::value;
+    if constexpr (N == 1) {
+      if (three) return run(gemv_affine_qout_kernel<N, 3, Q>);
+    }
+    if constexpr (Q == 0 || N == 1) run(gemv_affine_qout_kernel<N, 2, Q>);
+  });
 }
 
 template <int BITS>
