@@ -128,6 +128,41 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Captures capture(stream)'s launches in a CUDA graph and replays it 7 times, the
+// stamps reset to `init` before each (slots kept by atomicMax start at 0,
+// by atomicMin at ~0); returns each replay's stamps.
+template <class Capture>
+std::vector<std::vector<unsigned long long>> replay(cudaStream_t stream, cuda::DeviceBuffer& stamps,
+                                                    const std::vector<unsigned long long>& init,
+                                                    Capture&& capture) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capture(stream);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const size_t bytes = init.size() * sizeof(unsigned long long);
+  std::vector<std::vector<unsigned long long>> runs;
+  for (int run = 0; run < 7; ++run) {
+    stamps.upload(init.data(), bytes);
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    runs.emplace_back(init.size());
+    stamps.download(runs.back().data(), bytes);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return runs;
+}
+
+// µs from stamp `from` to stamp `to` (ns) in each run.
+std::vector<double> spans(const std::vector<std::vector<unsigned long long>>& runs, int from,
+                          int to) {
+  std::vector<double> out;
+  for (const auto& s : runs) out.push_back((double(s[to]) - double(s[from])) / 1e3);
+  return out;
+}
+
 struct Launch {
   int ctas;
   unsigned cluster;
@@ -139,30 +174,15 @@ void measure(cudaStream_t stream, cuda::DeviceBuffer& stamps, const Launch& a, c
              const Launch& shown) {
   const long long spin = 40'000;  // clocks: ~20 µs
   auto* st = stamps.as<unsigned long long>();
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  cuda::launch_clustered(spinner<-1>, dim3(unsigned(a.ctas)), dim3(256), a.smem, stream,
-                         dim3(a.cluster), st, spin);
-  cuda::launch_clustered(follower, dim3(unsigned(b.ctas)), dim3(256), b.smem, stream,
-                         dim3(b.cluster), st);
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  std::vector<double> early, after;
-  for (int run = 0; run < 7; ++run) {
-    CUDA_CHECK(cudaMemsetAsync(st, 0, sizeof(unsigned long long), stream));
-    CUDA_CHECK(cudaMemsetAsync(st + 1, 0xff, 2 * sizeof(unsigned long long), stream));
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    unsigned long long s[3];
-    stamps.download(s, sizeof s);
-    early.push_back((double(s[0]) - double(s[1])) / 1e3);
-    after.push_back((double(s[2]) - double(s[0])) / 1e3);
-  }
+  const auto runs = replay(stream, stamps, {0, ~0ull, ~0ull}, [&](cudaStream_t s) {
+    cuda::launch_clustered(spinner<-1>, dim3(unsigned(a.ctas)), dim3(256), a.smem, s,
+                           dim3(a.cluster), st, spin);
+    cuda::launch_clustered(follower, dim3(unsigned(b.ctas)), dim3(256), b.smem, s, dim3(b.cluster),
+                           st);
+  });
+  // B's entry before A's end; B's wait return after it.
   std::printf("%-6d %-8u %-9zu %16.2f %18.2f\n", shown.ctas, shown.cluster, shown.smem >> 10,
-              median(early), median(after));
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
+              median(spans(runs, 1, 0)), median(spans(runs, 0, 2)));
 }
 
 // Sets kernel's carveout preference (negative: leaves it unset).
@@ -173,7 +193,7 @@ void prefer(Kernel kernel, int percent) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
-// One row of tables 4-5: the chain A -> M -> C -> D, each kernel with the
+// One row of table 4: the chain A -> M -> C -> D, each kernel with the
 // carveout preference its template argument names (set here).
 template <int PA, int PM, int PC, int PD>
 void measure_chain(cudaStream_t stream, cuda::DeviceBuffer& stamps, cuda::DeviceBuffer& data,
@@ -185,37 +205,23 @@ void measure_chain(cudaStream_t stream, cuda::DeviceBuffer& stamps, cuda::Device
   cuda::allow_opt_in_shared_memory(reinterpret_cast<const void*>(link<PC, kAttention>));
   const long long spin = 40'000, short_spin = 10'000;  // clocks: ~20 and ~5 µs
   auto* st = stamps.as<unsigned long long>();
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  cuda::launch(spinner<PA>, dim3(unsigned(sms)), dim3(256), 0, stream, st, spin);
-  cuda::launch(link<PM, kMiddle>, dim3(unsigned(4 * sms)), dim3(256), size_t(16) << 10, stream,
-               st + 1, short_spin);
-  cuda::launch(link<PC, kAttention>, dim3(32u), dim3(256), size_t(160) << 10, stream, st + 4,
-               short_spin);
-  cuda::launch(reread<PD>, dim3(unsigned(sms)), dim3(256), 0, stream, st + 7, data.as<float4>(),
-               data.as<float>());
-  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  std::vector<double> m_early, c_early, d_early, d_reread;
-  unsigned long long init[kStamps];
-  for (int i = 0; i < kStamps; ++i) init[i] = ~0ull;
-  for (int i : {0, 3, 6, 9}) init[i] = 0;
-  for (int run = 0; run < 7; ++run) {
-    stamps.upload(init, sizeof init);
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    unsigned long long s[kStamps];
-    stamps.download(s, sizeof s);
-    m_early.push_back((double(s[0]) - double(s[1])) / 1e3);
-    c_early.push_back((double(s[3]) - double(s[4])) / 1e3);
-    d_early.push_back((double(s[6]) - double(s[7])) / 1e3);
-    d_reread.push_back(double(s[9]) / 1e3);
-  }
-  std::printf("%4d %4d %4d %4d %14.2f %14.2f %14.2f %16.2f\n", PA, PM, PC, PD, median(m_early),
-              median(c_early), median(d_early), median(d_reread));
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
+  std::vector<unsigned long long> init(kStamps, ~0ull);
+  for (int i : {0, 3, 6, 9}) init[size_t(i)] = 0;
+  const auto runs = replay(stream, stamps, init, [&](cudaStream_t s) {
+    cuda::launch(spinner<PA>, dim3(unsigned(sms)), dim3(256), 0, s, st, spin);
+    cuda::launch(link<PM, kMiddle>, dim3(unsigned(4 * sms)), dim3(256), size_t(16) << 10, s, st + 1,
+                 short_spin);
+    cuda::launch(link<PC, kAttention>, dim3(32u), dim3(256), size_t(160) << 10, s, st + 4,
+                 short_spin);
+    cuda::launch(reread<PD>, dim3(unsigned(sms)), dim3(256), 0, s, st + 7, data.as<float4>(),
+                 data.as<float>());
+  });
+  std::vector<double> d_reread;
+  for (const auto& r : runs) d_reread.push_back(double(r[9]) / 1e3);
+  // M's entry before A's end, C's before M's, D's before C's.
+  std::printf("%4d %4d %4d %4d %14.2f %14.2f %14.2f %16.2f\n", PA, PM, PC, PD,
+              median(spans(runs, 1, 0)), median(spans(runs, 4, 3)), median(spans(runs, 7, 6)),
+              median(d_reread));
 }
 
 }  // namespace
